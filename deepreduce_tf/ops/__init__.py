@@ -1,0 +1,1 @@
+"""Typed wrappers around the compiled op library, one module per op family."""

@@ -1,0 +1,110 @@
+"""Finds, checks and loads the compiled op library, once, on first use.
+
+The library is compiled against one TensorFlow minor version; loading it into
+another can crash the process, so the version recorded at build time is
+compared with the running TensorFlow *before* the library is loaded. Any
+failure raises a single OpLibraryError that lists the paths tried, both
+versions and the command that rebuilds the library. There is no Python
+fallback: an op that is not compiled is an error, not a slow path.
+"""
+import json
+import os
+import threading
+
+LIB_NAME = "_deepreduce_ops"
+ENV_PATH = "DEEPREDUCE_TF_OPS_LIB"
+REBUILD_COMMAND = ("pip install --no-build-isolation --force-reinstall --no-deps "
+                   "<path to the deepreduce_tf source tree>   "
+                   "(or, inside the tree: bash build_deps/dev.sh test)")
+
+_lock = threading.Lock()
+_module = None
+_build_info = None
+
+
+class OpLibraryError(ImportError):
+    """The op library is missing, unloadable, or built for another TensorFlow."""
+
+
+def _candidates():
+    paths = []
+    override = os.environ.get(ENV_PATH)
+    if override:
+        paths.append(os.path.abspath(override))
+    paths.append(os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                              LIB_NAME + ".so"))
+    return paths
+
+
+def _minor(version):
+    return ".".join(str(version).split(".")[:2])
+
+
+def _read_sidecar(path):
+    info_path = os.path.splitext(path)[0] + ".json"
+    try:
+        with open(info_path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _fail(tried, running, built=None, detail=""):
+    lines = ["deepreduce_tf could not load its op library."]
+    if detail:
+        lines.append(detail)
+    lines.append("Paths tried:")
+    lines += [f"  {p}: {why}" for p, why in tried]
+    lines.append(f"Running TensorFlow: {running}; library built for TensorFlow: "
+                 f"{built or 'unknown'}.")
+    lines.append(f"Rebuild it with: {REBUILD_COMMAND}")
+    lines.append(f"(set {ENV_PATH} to load a library from another path)")
+    raise OpLibraryError("\n".join(lines))
+
+
+def load():
+    """Returns the loaded op module (generated wrappers), loading it once."""
+    global _module, _build_info
+    if _module is not None:
+        return _module
+    with _lock:
+        if _module is not None:
+            return _module
+        import tensorflow as tf
+
+        running = tf.__version__
+        tried = []
+        built = None
+        for path in _candidates():
+            if not os.path.exists(path):
+                tried.append((path, "no such file"))
+                continue
+            sidecar = _read_sidecar(path)
+            if sidecar is None:
+                tried.append((path, "no readable build record "
+                              f"({os.path.splitext(path)[0]}.json) beside it"))
+                continue
+            built = sidecar.get("tf_version")
+            if _minor(built) != _minor(running):
+                tried.append((path, f"built for TensorFlow {built}, which is not "
+                              f"ABI-compatible with the running {running}"))
+                continue
+            try:
+                module = tf.load_op_library(path)
+            except Exception as e:  # TF raises NotFoundError/InvalidArgument.
+                tried.append((path, f"load failed: {type(e).__name__}: {e}"))
+                continue
+            info = json.loads(module.deep_reduce_build_info().numpy().decode())
+            if _minor(info["tf_version"]) != _minor(running):
+                tried.append((path, f"binary reports TensorFlow {info['tf_version']}"))
+                continue
+            _build_info = info
+            _module = module
+            return module
+        _fail(tried, running, built)
+
+
+def build_info():
+    """What the loaded binary reports about itself (version, TF, CUDA)."""
+    load()
+    return dict(_build_info)

@@ -1,0 +1,524 @@
+// CPU kernels of the Bloom-filter index codec. The per-element logic (hashing,
+// bit layout, random-policy keys) comes from bloom.h and is shared with the
+// CUDA kernels; this file adds validation, threading and the selection
+// policies.
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "kernels/bloom/bloom.h"
+#include "kernels/bloom/bloom_args.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/tensor.h"
+#include "tensorflow/core/platform/threadpool.h"
+
+namespace deepreduce {
+namespace bloom {
+namespace {
+
+using ::tensorflow::DataTypeToEnum;
+using ::tensorflow::OpKernel;
+using ::tensorflow::OpKernelConstruction;
+using ::tensorflow::OpKernelContext;
+using ::tensorflow::Tensor;
+using ::tensorflow::TensorShape;
+
+// Positions handled per work item of the query: a multiple of 64 so that
+// every item owns whole words of the scratch bitmap.
+constexpr int64_t kQueryBlock = 4096;
+
+tensorflow::thread::ThreadPool* Pool(OpKernelContext* ctx) {
+  return ctx->device()->tensorflow_cpu_worker_threads()->workers;
+}
+
+// Records the smallest failing position seen by any thread.
+void AtomicMin(std::atomic<int64_t>* target, int64_t value) {
+  int64_t cur = target->load(std::memory_order_relaxed);
+  while (value < cur &&
+         !target->compare_exchange_weak(cur, value, std::memory_order_relaxed)) {
+  }
+}
+
+template <typename Tidx>
+class BloomFilterInsertOp : public OpKernel {
+ public:
+  explicit BloomFilterInsertOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("fpr", &fpr_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("num_bits", &num_bits_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("num_hashes", &num_hashes_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("seed", &seed_));
+    OP_REQUIRES(ctx, num_bits_ >= 0 && num_bits_ <= kMaxBits,
+                absl::InvalidArgumentError(
+                    "num_bits must be 0 (derive from fpr) or in [1, 2^34], got " +
+                    std::to_string(num_bits_)));
+    OP_REQUIRES(ctx, num_hashes_ >= 0 && num_hashes_ <= kMaxHashes,
+                absl::InvalidArgumentError(
+                    "num_hashes must be 0 (derive from fpr) or in [1, 32], got " +
+                    std::to_string(num_hashes_)));
+    OP_REQUIRES(ctx,
+                (num_bits_ > 0 && num_hashes_ > 0) || (fpr_ > 0.0f && fpr_ < 1.0f),
+                absl::InvalidArgumentError(
+                    "fpr must lie in (0, 1) when num_bits or num_hashes is "
+                    "derived from it, got " + std::to_string(fpr_)));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& indices_t = ctx->input(0);
+    OP_REQUIRES(ctx, indices_t.dims() == 1,
+                absl::InvalidArgumentError("indices must be a vector, got shape " +
+                                           indices_t.shape().DebugString()));
+    int64_t n;
+    OP_REQUIRES_OK(ctx, ParseUniverse(ctx->input(1), DataTypeToEnum<Tidx>::v(), &n));
+    const int64_t k = indices_t.NumElements();
+    OP_REQUIRES(ctx, k <= n,
+                absl::InvalidArgumentError(
+                    "cannot insert " + std::to_string(k) +
+                    " distinct indices into a universe of universe_size=" +
+                    std::to_string(n) + " positions"));
+    const uint64_t m = num_bits_ > 0 ? static_cast<uint64_t>(num_bits_)
+                                     : BitsForFpr(k, fpr_);
+    const uint32_t h = num_hashes_ > 0 ? static_cast<uint32_t>(num_hashes_)
+                                       : HashesForFpr(fpr_);
+    OP_REQUIRES(ctx, m <= static_cast<uint64_t>(kMaxBits),
+                absl::InvalidArgumentError(
+                    "the filter would need " + std::to_string(m) +
+                    " bits, more than 2^34; raise fpr"));
+    const BloomLayout layout = MakeLayout(m, h, static_cast<uint64_t>(seed_));
+
+    Tensor* filter_t = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(
+                            0, TensorShape({static_cast<int64_t>(NumBytes(m))}),
+                            &filter_t));
+    Tensor* bits_t = nullptr;
+    Tensor* hashes_t = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({}), &bits_t));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, TensorShape({}), &hashes_t));
+    bits_t->scalar<int64_t>()() = static_cast<int64_t>(m);
+    hashes_t->scalar<int64_t>()() = h;
+    // TF allocates at least 64-byte aligned buffers, so the output can be
+    // written as uint32 words; byte order is little-endian on every target.
+    uint32_t* words = reinterpret_cast<uint32_t*>(filter_t->flat<uint8_t>().data());
+    std::memset(words, 0, NumBytes(m));
+    if (k == 0) return;
+
+    // One bit per position to detect duplicates: n/8 bytes, 1/32 of the
+    // dense float32 tensor the indices were taken from.
+    Tensor seen_t;
+    const int64_t seen_words = (n + 63) / 64;
+    OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_UINT64,
+                                           TensorShape({seen_words}), &seen_t));
+    uint64_t* seen = seen_t.flat<uint64_t>().data();
+    std::memset(seen, 0, sizeof(uint64_t) * seen_words);
+
+    const Tidx* idx = indices_t.flat<Tidx>().data();
+    std::atomic<int64_t> first_bad{k};
+    Pool(ctx)->ParallelFor(
+        k, /*cost_per_unit=*/20 + 10 * h, [&](int64_t begin, int64_t end) {
+          for (int64_t i = begin; i < end; ++i) {
+            const int64_t v = static_cast<int64_t>(idx[i]);
+            if (v < 0 || v >= n) {
+              AtomicMin(&first_bad, i);
+              continue;
+            }
+            const uint64_t mask = uint64_t{1} << (v & 63);
+            if (__atomic_fetch_or(&seen[v >> 6], mask, __ATOMIC_RELAXED) & mask) {
+              AtomicMin(&first_bad, i);
+              continue;
+            }
+            const ProbeSeq p = Probes(layout, static_cast<uint64_t>(v));
+            for (uint32_t j = 0; j < h; ++j) {
+              const uint64_t bit = ProbeBit(layout, p, j);
+              __atomic_fetch_or(&words[bit >> 5], uint32_t{1} << (bit & 31),
+                                __ATOMIC_RELAXED);
+            }
+          }
+        });
+    const int64_t bad = first_bad.load();
+    if (bad < k) {
+      const int64_t v = static_cast<int64_t>(idx[bad]);
+      OP_REQUIRES(ctx, v >= 0 && v < n,
+                  absl::InvalidArgumentError(
+                      "indices[" + std::to_string(bad) + "] = " + std::to_string(v) +
+                      " is outside [0, universe_size=" + std::to_string(n) + ")"));
+      ctx->CtxFailure(absl::InvalidArgumentError(
+          "indices must be distinct, but " + std::to_string(v) +
+          " occurs more than once (first repeat found at position " +
+          std::to_string(bad) + " or earlier)"));
+    }
+  }
+
+ private:
+  float fpr_;
+  int64_t num_bits_;
+  int64_t num_hashes_;
+  int64_t seed_;
+};
+
+template <typename Tidx>
+class BloomFilterQueryOp : public OpKernel {
+ public:
+  explicit BloomFilterQueryOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("seed", &seed_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    BloomLayout layout;
+    OP_REQUIRES_OK(ctx, ParseFilter(ctx->input(0), ctx->input(2), ctx->input(3),
+                                    seed_, /*check_padding=*/true, &layout));
+    int64_t n;
+    OP_REQUIRES_OK(ctx, ParseUniverse(ctx->input(1), DataTypeToEnum<Tidx>::v(), &n));
+    const uint8_t* bytes = ctx->input(0).flat<uint8_t>().data();
+
+    const int64_t num_blocks = (n + kQueryBlock - 1) / kQueryBlock;
+    const int64_t num_words = (n + 63) / 64;
+    Tensor hits_t, counts_t;
+    OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_UINT64,
+                                           TensorShape({num_words}), &hits_t));
+    OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_INT64,
+                                           TensorShape({num_blocks + 1}), &counts_t));
+    uint64_t* hits = hits_t.flat<uint64_t>().data();
+    int64_t* counts = counts_t.flat<int64_t>().data();
+
+    // Pass 1: one bit per position, and the number of positives per block.
+    // A negative position usually fails its first or second probe, so the
+    // cost is about two hash-and-load steps per position.
+    Pool(ctx)->ParallelFor(
+        num_blocks, kQueryBlock * 12, [&](int64_t begin, int64_t end) {
+          for (int64_t blk = begin; blk < end; ++blk) {
+            const int64_t lo = blk * kQueryBlock;
+            const int64_t hi = std::min(n, lo + kQueryBlock);
+            int64_t count = 0;
+            for (int64_t w0 = lo; w0 < hi; w0 += 64) {
+              const int64_t wend = std::min(hi, w0 + 64);
+              uint64_t word = 0;
+              for (int64_t pos = w0; pos < wend; ++pos) {
+                word |= static_cast<uint64_t>(
+                            Contains(layout, bytes, static_cast<uint64_t>(pos)))
+                        << (pos - w0);
+              }
+              hits[w0 >> 6] = word;
+              count += __builtin_popcountll(word);
+            }
+            counts[blk] = count;
+          }
+        });
+    int64_t total = 0;
+    for (int64_t blk = 0; blk < num_blocks; ++blk) {
+      const int64_t c = counts[blk];
+      counts[blk] = total;
+      total += c;
+    }
+    Tensor* out_t = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({total}), &out_t));
+    Tidx* out = out_t->flat<Tidx>().data();
+    // Pass 2: each block writes its positives at its prefix offset.
+    Pool(ctx)->ParallelFor(
+        num_blocks, kQueryBlock / 8, [&](int64_t begin, int64_t end) {
+          for (int64_t blk = begin; blk < end; ++blk) {
+            int64_t o = counts[blk];
+            const int64_t lo = blk * kQueryBlock;
+            const int64_t hi = std::min(n, lo + kQueryBlock);
+            for (int64_t w0 = lo; w0 < hi; w0 += 64) {
+              uint64_t word = hits[w0 >> 6];
+              while (word) {
+                out[o++] = static_cast<Tidx>(w0 + __builtin_ctzll(word));
+                word &= word - 1;
+              }
+            }
+          }
+        });
+  }
+
+ private:
+  int64_t seed_;
+};
+
+template <typename Tidx>
+class BloomFilterSelectOp : public OpKernel {
+ public:
+  explicit BloomFilterSelectOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    std::string policy;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("policy", &policy));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("seed", &seed_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("policy_seed", &policy_seed_));
+    if (policy == "p0") {
+      policy_ = kP0;
+    } else if (policy == "leftmost") {
+      policy_ = kLeftmost;
+    } else if (policy == "random") {
+      policy_ = kRandom;
+    } else {
+      policy_ = kConflictSets;
+    }
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& pos_t = ctx->input(1);
+    OP_REQUIRES(ctx, pos_t.dims() == 1,
+                absl::InvalidArgumentError("positives must be a vector, got shape " +
+                                           pos_t.shape().DebugString()));
+    BloomLayout layout;
+    OP_REQUIRES_OK(ctx, ParseFilter(ctx->input(0), ctx->input(2), ctx->input(3),
+                                    seed_, /*check_padding=*/false, &layout));
+    int64_t k;
+    OP_REQUIRES_OK(ctx, ScalarInt64(ctx->input(4), "k", &k));
+    const int64_t num_pos = pos_t.NumElements();
+    OP_REQUIRES(ctx, k >= 0,
+                absl::InvalidArgumentError("k must be >= 0, got " + std::to_string(k)));
+    OP_REQUIRES(ctx, k <= num_pos,
+                absl::InvalidArgumentError(
+                    "k=" + std::to_string(k) + " exceeds the " +
+                    std::to_string(num_pos) +
+                    " positives; a filter built from k indices always has at "
+                    "least k positives, so k or the filter is wrong"));
+    const Tidx* pos = pos_t.flat<Tidx>().data();
+    for (int64_t i = 0; i < num_pos; ++i) {
+      OP_REQUIRES(ctx, pos[i] >= 0 && (i == 0 || pos[i] > pos[i - 1]),
+                  absl::InvalidArgumentError(
+                      "positives must be non-negative and strictly increasing "
+                      "(the output of BloomFilterQuery); positives[" +
+                      std::to_string(i) + "] = " +
+                      std::to_string(static_cast<int64_t>(pos[i]))));
+    }
+    switch (policy_) {
+      case kP0:
+        ctx->set_output(0, pos_t);
+        return;
+      case kLeftmost: {
+        Tensor* out_t = nullptr;
+        OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({k}), &out_t));
+        std::copy(pos, pos + k, out_t->flat<Tidx>().data());
+        return;
+      }
+      case kRandom:
+        SelectRandom(ctx, pos, num_pos, k);
+        return;
+      case kConflictSets:
+        SelectConflictSets(ctx, layout, pos, num_pos, k);
+        return;
+    }
+  }
+
+ private:
+  enum Policy { kP0, kLeftmost, kRandom, kConflictSets };
+
+  // Keeps the k positives with the smallest RandomPolicyKey (ties cannot
+  // change the result: keys are compared together with the position).
+  void SelectRandom(OpKernelContext* ctx, const Tidx* pos, int64_t num_pos,
+                    int64_t k) {
+    Tensor order_t;
+    OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_UINT64,
+                                           TensorShape({2 * num_pos}), &order_t));
+    // Interleaved (key, position) pairs.
+    auto* pairs = reinterpret_cast<std::pair<uint64_t, uint64_t>*>(
+        order_t.flat<uint64_t>().data());
+    const uint64_t seed = static_cast<uint64_t>(policy_seed_);
+    Pool(ctx)->ParallelFor(num_pos, 20, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const uint64_t p = static_cast<uint64_t>(pos[i]);
+        pairs[i] = {RandomPolicyKey(seed, p), p};
+      }
+    });
+    if (k < num_pos) std::nth_element(pairs, pairs + k, pairs + num_pos);
+    Tensor* out_t = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({k}), &out_t));
+    Tidx* out = out_t->flat<Tidx>().data();
+    for (int64_t i = 0; i < k; ++i) out[i] = static_cast<Tidx>(pairs[i].second);
+    std::sort(out, out + k);
+  }
+
+  // REFERENCE 1.1, policy P2. For every set bit, its conflict set is the set
+  // of positives that map to it; each such set holds at least one inserted
+  // index. Visit the sets in ascending size (ties: lower bit first); from a
+  // set none of whose members is selected yet, select the member most likely
+  // to be genuine: the one whose own smallest conflict set is smallest (ties:
+  // lower position). A positive alone on a bit is certainly genuine and is
+  // taken first. If fewer than k are then selected, the remaining positives
+  // follow in the same order of likelihood. Every output is a positive.
+  void SelectConflictSets(OpKernelContext* ctx, const BloomLayout& layout,
+                          const Tidx* pos, int64_t num_pos, int64_t k) {
+    const uint32_t h = layout.num_hashes;
+    const uint64_t m = layout.num_bits;
+    OP_REQUIRES(ctx, num_pos * static_cast<int64_t>(h) < (int64_t{1} << 32),
+                absl::InvalidArgumentError(
+                    "conflict_sets supports at most 2^32 (positive, hash) "
+                    "pairs; got " + std::to_string(num_pos) + " positives"));
+    const uint8_t* bytes = ctx->input(0).flat<uint8_t>().data();
+    const uint64_t kNone = ~uint64_t{0};
+
+    Tensor probe_t, count_t, start_t, member_t, score_t, state_t;
+    OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_UINT64,
+                                           TensorShape({num_pos * h}), &probe_t));
+    OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_UINT32,
+                                           TensorShape({static_cast<int64_t>(m)}),
+                                           &count_t));
+    OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_UINT32,
+                                           TensorShape({static_cast<int64_t>(m) + 1}),
+                                           &start_t));
+    OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_UINT32,
+                                           TensorShape({num_pos * h}), &member_t));
+    OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_UINT32,
+                                           TensorShape({num_pos}), &score_t));
+    // Per bit: covered flag; per positive: selected flag.
+    OP_REQUIRES_OK(ctx, ctx->allocate_temp(
+                            tensorflow::DT_UINT8,
+                            TensorShape({static_cast<int64_t>(m) + num_pos}),
+                            &state_t));
+    uint64_t* probes = probe_t.flat<uint64_t>().data();
+    uint32_t* count = count_t.flat<uint32_t>().data();
+    uint32_t* start = start_t.flat<uint32_t>().data();
+    uint32_t* member = member_t.flat<uint32_t>().data();
+    uint32_t* score = score_t.flat<uint32_t>().data();
+    uint8_t* covered = state_t.flat<uint8_t>().data();
+    uint8_t* selected = covered + m;
+    std::memset(count, 0, sizeof(uint32_t) * m);
+    std::memset(covered, 0, m + num_pos);
+
+    // Distinct bits of every positive (a repeated probe is stored as kNone),
+    // and a check that each claimed positive really is one.
+    std::atomic<int64_t> first_bad{num_pos};
+    Pool(ctx)->ParallelFor(num_pos, 20 + 12 * h, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const ProbeSeq p = Probes(layout, static_cast<uint64_t>(pos[i]));
+        uint64_t* row = probes + i * h;
+        for (uint32_t j = 0; j < h; ++j) {
+          const uint64_t bit = ProbeBit(layout, p, j);
+          if (!TestBit(bytes, bit)) AtomicMin(&first_bad, i);
+          bool repeat = false;
+          for (uint32_t q = 0; q < j; ++q) repeat |= row[q] == bit;
+          row[j] = repeat ? kNone : bit;
+        }
+      }
+    });
+    const int64_t bad = first_bad.load();
+    OP_REQUIRES(ctx, bad == num_pos,
+                absl::InvalidArgumentError(
+                    "positives[" + std::to_string(bad) + "] = " +
+                    std::to_string(bad < num_pos ? static_cast<int64_t>(pos[bad]) : -1) +
+                    " is not a positive of this filter; pass the output of "
+                    "BloomFilterQuery for the same filter and seed"));
+
+    // Conflict sets in CSR form: members of bit b are member[start[b] ..
+    // start[b + 1]), in increasing position order.
+    const int64_t pairs = num_pos * h;
+    for (int64_t t = 0; t < pairs; ++t) {
+      if (probes[t] != kNone) ++count[probes[t]];
+    }
+    uint32_t acc = 0;
+    uint32_t max_count = 0;
+    for (uint64_t b = 0; b < m; ++b) {
+      start[b] = acc;
+      acc += count[b];
+      max_count = std::max(max_count, count[b]);
+    }
+    start[m] = acc;
+    for (int64_t t = 0; t < pairs; ++t) {
+      if (probes[t] != kNone) member[start[probes[t]]++] = static_cast<uint32_t>(t / h);
+    }
+    // start[b] now points at the end of set b; shift back.
+    for (uint64_t b = m; b > 0; --b) start[b] = start[b - 1];
+    start[0] = 0;
+
+    for (int64_t i = 0; i < num_pos; ++i) {
+      uint32_t s = ~uint32_t{0};
+      for (uint32_t j = 0; j < h; ++j) {
+        const uint64_t bit = probes[i * h + j];
+        if (bit != kNone) s = std::min(s, count[bit]);
+      }
+      score[i] = s;
+    }
+
+    // Counting sort of the bits by the size of their conflict set.
+    Tensor hist_t;
+    OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_INT64,
+                                           TensorShape({int64_t{max_count} + 2}),
+                                           &hist_t));
+    int64_t* hist = hist_t.flat<int64_t>().data();
+    std::fill(hist, hist + max_count + 2, 0);
+    for (uint64_t b = 0; b < m; ++b) ++hist[count[b] + 1];
+    for (uint32_t c = 1; c <= max_count + 1; ++c) hist[c] += hist[c - 1];
+    // hist[c] = first slot of the sets of size c; empty sets are skipped below.
+    Tensor order_t;
+    OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_UINT64,
+                                           TensorShape({static_cast<int64_t>(m)}),
+                                           &order_t));
+    uint64_t* order = order_t.flat<uint64_t>().data();
+    for (uint64_t b = 0; b < m; ++b) order[hist[count[b]]++] = b;
+    const int64_t num_sets = static_cast<int64_t>(m);
+
+    int64_t chosen = 0;
+    auto take = [&](int64_t i) {
+      selected[i] = 1;
+      ++chosen;
+      for (uint32_t j = 0; j < h; ++j) {
+        const uint64_t bit = probes[i * h + j];
+        if (bit != kNone) covered[bit] = 1;
+      }
+    };
+    for (int64_t s = 0; s < num_sets && chosen < k; ++s) {
+      const uint64_t b = order[s];
+      if (count[b] == 0 || covered[b]) continue;
+      int64_t best = -1;
+      for (uint32_t q = start[b]; q < start[b + 1]; ++q) {
+        const int64_t i = member[q];
+        if (best < 0 || score[i] < score[best]) best = i;
+      }
+      take(best);
+    }
+    if (chosen < k) {
+      // Fill with the unselected positives by (score, position).
+      Tensor rest_t;
+      OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_INT64,
+                                             TensorShape({num_pos - chosen}), &rest_t));
+      int64_t* rest = rest_t.flat<int64_t>().data();
+      int64_t r = 0;
+      for (int64_t i = 0; i < num_pos; ++i) {
+        if (!selected[i]) rest[r++] = i;
+      }
+      const int64_t need = k - chosen;
+      auto by_score = [&](int64_t a, int64_t b) {
+        return score[a] != score[b] ? score[a] < score[b] : a < b;
+      };
+      std::nth_element(rest, rest + need - 1, rest + r, by_score);
+      for (int64_t q = 0; q < need; ++q) {
+        selected[rest[q]] = 1;
+      }
+      chosen = k;
+    }
+    Tensor* out_t = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({k}), &out_t));
+    Tidx* out = out_t->flat<Tidx>().data();
+    int64_t o = 0;
+    for (int64_t i = 0; i < num_pos; ++i) {
+      if (selected[i]) out[o++] = pos[i];
+    }
+  }
+
+  Policy policy_;
+  int64_t seed_;
+  int64_t policy_seed_;
+};
+
+#define REGISTER_BLOOM_CPU(T)                                              \
+  REGISTER_KERNEL_BUILDER(Name("DeepReduce>BloomFilterInsert")            \
+                              .Device(::tensorflow::DEVICE_CPU)           \
+                              .TypeConstraint<T>("Tidx"),                 \
+                          BloomFilterInsertOp<T>);                         \
+  REGISTER_KERNEL_BUILDER(Name("DeepReduce>BloomFilterQuery")             \
+                              .Device(::tensorflow::DEVICE_CPU)           \
+                              .TypeConstraint<T>("out_idx"),              \
+                          BloomFilterQueryOp<T>);                          \
+  REGISTER_KERNEL_BUILDER(Name("DeepReduce>BloomFilterSelect")            \
+                              .Device(::tensorflow::DEVICE_CPU)           \
+                              .TypeConstraint<T>("Tidx"),                 \
+                          BloomFilterSelectOp<T>);
+
+REGISTER_BLOOM_CPU(int32_t);
+REGISTER_BLOOM_CPU(int64_t);
+#undef REGISTER_BLOOM_CPU
+
+}  // namespace
+}  // namespace bloom
+}  // namespace deepreduce

@@ -1,0 +1,167 @@
+"""Builds deepreduce_tf: the Python package and its TensorFlow op library.
+
+The op library is compiled from kernels/ with the compiler flags that the
+installed TensorFlow reports (tf.sysconfig), so TensorFlow must be installed
+before this runs and the build must not be isolated from it:
+
+    pip install tensorflow-cpu==2.21.0
+    pip install --no-build-isolation .
+
+Set DEEPREDUCE_TF_CUDA=1 to also compile the CUDA kernels (kernels/**/*.cu)
+with nvcc (CUDA_HOME or /usr/local/cuda) for sm_75..sm_90 plus PTX, linked
+against the static CUDA runtime so that the same library still loads in
+tensorflow-cpu. DEEPREDUCE_TF_CUDA_ARCHS overrides the list of architectures.
+"""
+import concurrent.futures
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+from setuptools import Extension, find_packages, setup
+from setuptools.command.build_ext import build_ext
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+LIB_NAME = "_deepreduce_ops"
+DEFAULT_CUDA_ARCHS = "75,80,86,89,90"
+
+
+def read_version():
+    with open(os.path.join(ROOT, "deepreduce_tf", "_version.py")) as f:
+        return re.search(r'__version__ = "([^"]+)"', f.read()).group(1)
+
+
+def cuda_requested():
+    value = os.environ.get("DEEPREDUCE_TF_CUDA", "0").strip().lower()
+    if value in ("", "0", "false", "no", "off"):
+        return False
+    if value in ("1", "true", "yes", "on"):
+        return True
+    raise SystemExit(f"DEEPREDUCE_TF_CUDA={value!r}: use 1 to build the CUDA "
+                     "kernels or 0 (default) for a CPU-only build")
+
+
+def cuda_archs():
+    archs = os.environ.get("DEEPREDUCE_TF_CUDA_ARCHS", DEFAULT_CUDA_ARCHS)
+    out = [a.strip() for a in archs.split(",") if a.strip()]
+    for a in out:
+        if not a.isdigit() or int(a) < 75:
+            raise SystemExit(f"DEEPREDUCE_TF_CUDA_ARCHS: {a!r} is not a compute "
+                             "capability >= 75 (nvcc 13 targets sm_75 and newer)")
+    return out
+
+
+def kernel_sources():
+    """CPU sources, GPU-only host sources (*_gpu.cc) and CUDA sources."""
+    cc = sorted(glob.glob(os.path.join(ROOT, "kernels", "**", "*.cc"), recursive=True))
+    gpu_cc = [p for p in cc if p.endswith("_gpu.cc")]
+    cpu_cc = [p for p in cc if not p.endswith("_gpu.cc")]
+    cu = sorted(glob.glob(os.path.join(ROOT, "kernels", "**", "*.cu"), recursive=True))
+    return cpu_cc, gpu_cc, cu
+
+
+class BuildOps(build_ext):
+    """Compiles kernels/ into one shared library next to the package code."""
+
+    def get_ext_filename(self, fullname):
+        # TF loads the library by path; it does not depend on the Python ABI.
+        return os.path.join(*fullname.split(".")) + ".so"
+
+    def build_extension(self, ext):
+        try:
+            import tensorflow as tf
+        except ImportError as e:
+            raise SystemExit(
+                "deepreduce_tf compiles its ops against the installed TensorFlow, "
+                f"which could not be imported ({e}). Install it first and build "
+                "without isolation:\n  pip install tensorflow-cpu==2.21.0\n"
+                "  pip install --no-build-isolation .") from e
+        with_cuda = cuda_requested()
+        archs = cuda_archs() if with_cuda else []
+        version = read_version()
+        out_path = self.get_ext_fullpath(ext.name)
+        os.makedirs(os.path.dirname(out_path), exist_ok=True)
+        obj_dir = os.path.join(self.build_temp, "cuda" if with_cuda else "cpu")
+        os.makedirs(obj_dir, exist_ok=True)
+
+        defines = [
+            f'-DDEEPREDUCE_TF_VERSION="{version}"',
+            f'-DDEEPREDUCE_BUILT_TF_VERSION="{tf.__version__}"',
+        ]
+        cpu_cc, gpu_cc, cu = kernel_sources()
+        sources = list(cpu_cc)
+        if with_cuda:
+            defines += ["-DDEEPREDUCE_WITH_CUDA=1",
+                        f'-DDEEPREDUCE_CUDA_ARCHS="{",".join(archs)}"']
+            sources += gpu_cc
+        cxx = os.environ.get("CXX", "g++")
+        cflags = (tf.sysconfig.get_compile_flags() +
+                  ["-I" + ROOT, "-fPIC", "-O3", "-Wall",
+                   "-Wno-deprecated-declarations", "-Wno-interference-size",
+                   "-Wno-sign-compare", "-Wno-unknown-pragmas"] + defines)
+        jobs = []
+        for src in sources:
+            obj = os.path.join(obj_dir, os.path.relpath(src, ROOT).replace(os.sep, "_") + ".o")
+            jobs.append((obj, [cxx, "-c", src, "-o", obj] + cflags))
+        link_extra = []
+        if with_cuda:
+            cuda_home = os.environ.get("CUDA_HOME", "/usr/local/cuda")
+            nvcc = os.path.join(cuda_home, "bin", "nvcc")
+            if not os.path.exists(nvcc):
+                nvcc = shutil.which("nvcc")
+            if not nvcc:
+                raise SystemExit("DEEPREDUCE_TF_CUDA=1 but nvcc was not found in "
+                                 f"{cuda_home}/bin or on PATH; set CUDA_HOME")
+            gencode = []
+            for a in archs:
+                gencode += [f"-gencode=arch=compute_{a},code=sm_{a}"]
+            gencode += [f"-gencode=arch=compute_{archs[-1]},code=compute_{archs[-1]}"]
+            for src in cu:
+                obj = os.path.join(obj_dir, os.path.relpath(src, ROOT).replace(os.sep, "_") + ".o")
+                jobs.append((obj, [nvcc, "-c", src, "-o", obj, "-std=c++17", "-O3",
+                                   "-I" + ROOT, "-Xcompiler", "-fPIC",
+                                   "--expt-relaxed-constexpr"] + gencode))
+            link_extra = [os.path.join(cuda_home, "lib64", "libcudart_static.a"),
+                          "-ldl", "-lrt", "-lpthread"]
+
+        def run(job):
+            obj, cmd = job
+            print(" ".join(cmd), flush=True)
+            subprocess.run(cmd, check=True)
+            return obj
+
+        workers = max(1, min(len(jobs), os.cpu_count() or 1))
+        with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+            objs = list(pool.map(run, jobs))
+        link = ([cxx, "-shared", "-o", out_path] + objs + link_extra +
+                tf.sysconfig.get_link_flags() + ["-Wl,--no-undefined"])
+        print(" ".join(link), flush=True)
+        subprocess.run(link, check=True)
+        info = {"version": version, "tf_version": tf.__version__,
+                "cuda": with_cuda, "cuda_archs": ",".join(archs)}
+        with open(os.path.splitext(out_path)[0] + ".json", "w") as f:
+            json.dump(info, f)
+
+
+setup(
+    name="deepreduce_tf",
+    version=read_version(),
+    description="Sparse-tensor compression for distributed TensorFlow training "
+                "(DeepReduce: Bloom-filter, run-length and curve-fitting codecs)",
+    packages=find_packages(include=["deepreduce_tf", "deepreduce_tf.*"]),
+    package_data={"deepreduce_tf.ops": [LIB_NAME + ".so", LIB_NAME + ".json"]},
+    ext_modules=[Extension("deepreduce_tf.ops." + LIB_NAME, sources=[])],
+    cmdclass={"build_ext": BuildOps},
+    python_requires=">=3.10",
+    # TensorFlow is not a hard requirement so that the same wheel serves
+    # tensorflow-cpu and tensorflow (GPU) users; pick one through an extra.
+    install_requires=["numpy>=1.26", "absl-py>=2.0"],
+    extras_require={
+        "cpu": ["tensorflow-cpu==2.21.*"],
+        "gpu": ["tensorflow[and-cuda]==2.21.*"],
+    },
+    zip_safe=False,
+)
