@@ -6,10 +6,12 @@
 // at position b % 8 (LSB first). Bits at positions >= m are always zero.
 //
 // Hash scheme (kHashDoubleMix64 = 1). For an index i and the filter seed s:
-//   a = Mix64(i + Mix64(s ^ kSeedSalt)),  b = Mix64(a + kGolden64) | 1,
+//   a = Mix64(i + Mix64(s ^ kSeedSalt)),  b = RotateLeft64(a, 32) | 1,
 //   bit_j = MulHi64(a + j * b, m)   for j = 0 .. h-1   (uint64 wrap-around)
 // i.e. double hashing (Kirsch & Mitzenmacher) with a division-free range
-// reduction. A payload must carry the hash id so a future scheme can coexist.
+// reduction. MulHi64 reads the high bits, so b's high half (a's well-mixed
+// low half) is independent of the bits that pick bit_0; one Mix64 per index
+// keeps the query, which hashes all n positions, cheap. A payload must carry the hash id so a future scheme can coexist.
 #ifndef DEEPREDUCE_KERNELS_BLOOM_BLOOM_H_
 #define DEEPREDUCE_KERNELS_BLOOM_BLOOM_H_
 
@@ -72,7 +74,7 @@ struct ProbeSeq {
 DR_HOST_DEVICE ProbeSeq Probes(const BloomLayout& layout, uint64_t index) {
   ProbeSeq p;
   p.a = Mix64(index + layout.seed_mix);
-  p.b = Mix64(p.a + kGolden64) | 1ULL;
+  p.b = ((p.a << 32) | (p.a >> 32)) | 1ULL;
   return p;
 }
 

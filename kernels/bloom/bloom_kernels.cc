@@ -156,6 +156,48 @@ class BloomFilterInsertOp : public OpKernel {
   int64_t seed_;
 };
 
+// Queries positions [w0, w0 + len), len <= 64, into one bit each. The first
+// (up to) four probes of every position are computed and tested without
+// branches: in a filter sized for its rate about half the bits are set, so a
+// negative position survives them with probability ~1/16 and the loop
+// pipelines instead of mispredicting; the few survivors then test their
+// remaining probes. Same answer as Contains() for every position.
+template <uint32_t kFirst>
+inline uint64_t QueryWordT(const BloomLayout& layout, const uint8_t* bytes,
+                           int64_t w0, int len) {
+  uint64_t word = 0;
+  for (int t = 0; t < len; ++t) {
+    const ProbeSeq p = Probes(layout, static_cast<uint64_t>(w0 + t));
+    uint64_t all = 1;
+    for (uint32_t j = 0; j < kFirst; ++j) all &= TestBit(bytes, ProbeBit(layout, p, j));
+    word |= all << t;
+  }
+  if (layout.num_hashes == kFirst) return word;
+  uint64_t pending = word;
+  while (pending) {
+    const int t = __builtin_ctzll(pending);
+    pending &= pending - 1;
+    const ProbeSeq p = Probes(layout, static_cast<uint64_t>(w0 + t));
+    for (uint32_t j = kFirst; j < layout.num_hashes; ++j) {
+      if (!TestBit(bytes, ProbeBit(layout, p, j))) {
+        word &= ~(uint64_t{1} << t);
+        break;
+      }
+    }
+  }
+  return word;
+}
+
+inline uint64_t QueryWord(const BloomLayout& layout, const uint8_t* bytes,
+                          int64_t w0, int len) {
+  switch (layout.num_hashes) {
+    case 1: return QueryWordT<1>(layout, bytes, w0, len);
+    case 2: return QueryWordT<2>(layout, bytes, w0, len);
+    case 3: return QueryWordT<3>(layout, bytes, w0, len);
+    default: return QueryWordT<4>(layout, bytes, w0, len);
+  }
+}
+
 template <typename Tidx>
 class BloomFilterQueryOp : public OpKernel {
  public:
@@ -182,22 +224,15 @@ class BloomFilterQueryOp : public OpKernel {
     int64_t* counts = counts_t.flat<int64_t>().data();
 
     // Pass 1: one bit per position, and the number of positives per block.
-    // A negative position usually fails its first or second probe, so the
-    // cost is about two hash-and-load steps per position.
     Pool(ctx)->ParallelFor(
-        num_blocks, kQueryBlock * 12, [&](int64_t begin, int64_t end) {
+        num_blocks, kQueryBlock * 10, [&](int64_t begin, int64_t end) {
           for (int64_t blk = begin; blk < end; ++blk) {
             const int64_t lo = blk * kQueryBlock;
             const int64_t hi = std::min(n, lo + kQueryBlock);
             int64_t count = 0;
             for (int64_t w0 = lo; w0 < hi; w0 += 64) {
-              const int64_t wend = std::min(hi, w0 + 64);
-              uint64_t word = 0;
-              for (int64_t pos = w0; pos < wend; ++pos) {
-                word |= static_cast<uint64_t>(
-                            Contains(layout, bytes, static_cast<uint64_t>(pos)))
-                        << (pos - w0);
-              }
+              const uint64_t word = QueryWord(layout, bytes, w0,
+                                              static_cast<int>(std::min<int64_t>(64, hi - w0)));
               hits[w0 >> 6] = word;
               count += __builtin_popcountll(word);
             }
@@ -337,54 +372,61 @@ class BloomFilterSelectOp : public OpKernel {
   // lower position). A positive alone on a bit is certainly genuine and is
   // taken first. If fewer than k are then selected, the remaining positives
   // follow in the same order of likelihood. Every output is a positive.
+  //
+  // Implementation: the sets are never materialised. Each bit only needs its
+  // size and its best member, computed in two scatter passes; the sequential
+  // greedy then streams through (bit, best member) pairs sorted by
+  // set size and touches only the m-byte `covered` array at random.
   void SelectConflictSets(OpKernelContext* ctx, const BloomLayout& layout,
                           const Tidx* pos, int64_t num_pos, int64_t k) {
     const uint32_t h = layout.num_hashes;
     const uint64_t m = layout.num_bits;
-    OP_REQUIRES(ctx, num_pos * static_cast<int64_t>(h) < (int64_t{1} << 32),
+    const uint32_t kNone = ~uint32_t{0};
+    OP_REQUIRES(ctx, m < kNone && num_pos < kNone,
                 absl::InvalidArgumentError(
-                    "conflict_sets supports at most 2^32 (positive, hash) "
-                    "pairs; got " + std::to_string(num_pos) + " positives"));
+                    "conflict_sets supports filters of fewer than 2^32 - 1 bits "
+                    "and positives; got filter_bits=" + std::to_string(m) +
+                    " and " + std::to_string(num_pos) + " positives"));
     const uint8_t* bytes = ctx->input(0).flat<uint8_t>().data();
-    const uint64_t kNone = ~uint64_t{0};
+    const int64_t pairs = num_pos * h;
 
-    Tensor probe_t, count_t, start_t, member_t, score_t, state_t;
-    OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_UINT64,
-                                           TensorShape({num_pos * h}), &probe_t));
+    Tensor probe_t, count_t, score_t, best_t, state_t;
+    OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_UINT32,
+                                           TensorShape({pairs}), &probe_t));
     OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_UINT32,
                                            TensorShape({static_cast<int64_t>(m)}),
                                            &count_t));
     OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_UINT32,
-                                           TensorShape({static_cast<int64_t>(m) + 1}),
-                                           &start_t));
-    OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_UINT32,
-                                           TensorShape({num_pos * h}), &member_t));
-    OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_UINT32,
                                            TensorShape({num_pos}), &score_t));
+    OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_UINT64,
+                                           TensorShape({static_cast<int64_t>(m)}),
+                                           &best_t));
     // Per bit: covered flag; per positive: selected flag.
     OP_REQUIRES_OK(ctx, ctx->allocate_temp(
                             tensorflow::DT_UINT8,
                             TensorShape({static_cast<int64_t>(m) + num_pos}),
                             &state_t));
-    uint64_t* probes = probe_t.flat<uint64_t>().data();
+    uint32_t* probes = probe_t.flat<uint32_t>().data();
     uint32_t* count = count_t.flat<uint32_t>().data();
-    uint32_t* start = start_t.flat<uint32_t>().data();
-    uint32_t* member = member_t.flat<uint32_t>().data();
     uint32_t* score = score_t.flat<uint32_t>().data();
+    // best[b] = (score << 32) | member index, minimised over the members of b.
+    uint64_t* best = best_t.flat<uint64_t>().data();
     uint8_t* covered = state_t.flat<uint8_t>().data();
     uint8_t* selected = covered + m;
     std::memset(count, 0, sizeof(uint32_t) * m);
     std::memset(covered, 0, m + num_pos);
+    std::fill(best, best + m, ~uint64_t{0});
+    auto pool = Pool(ctx);
 
     // Distinct bits of every positive (a repeated probe is stored as kNone),
     // and a check that each claimed positive really is one.
     std::atomic<int64_t> first_bad{num_pos};
-    Pool(ctx)->ParallelFor(num_pos, 20 + 12 * h, [&](int64_t begin, int64_t end) {
+    pool->ParallelFor(num_pos, 30 + 15 * h, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
         const ProbeSeq p = Probes(layout, static_cast<uint64_t>(pos[i]));
-        uint64_t* row = probes + i * h;
+        uint32_t* row = probes + i * h;
         for (uint32_t j = 0; j < h; ++j) {
-          const uint64_t bit = ProbeBit(layout, p, j);
+          const uint32_t bit = static_cast<uint32_t>(ProbeBit(layout, p, j));
           if (!TestBit(bytes, bit)) AtomicMin(&first_bad, i);
           bool repeat = false;
           for (uint32_t q = 0; q < j; ++q) repeat |= row[q] == bit;
@@ -400,92 +442,84 @@ class BloomFilterSelectOp : public OpKernel {
                     " is not a positive of this filter; pass the output of "
                     "BloomFilterQuery for the same filter and seed"));
 
-    // Conflict sets in CSR form: members of bit b are member[start[b] ..
-    // start[b + 1]), in increasing position order.
-    const int64_t pairs = num_pos * h;
+    // Plain sequential scatter loops: on these sizes (a few MB of counters)
+    // they beat atomics, whose lock prefix costs more than the cache miss.
     for (int64_t t = 0; t < pairs; ++t) {
       if (probes[t] != kNone) ++count[probes[t]];
     }
-    uint32_t acc = 0;
-    uint32_t max_count = 0;
-    for (uint64_t b = 0; b < m; ++b) {
-      start[b] = acc;
-      acc += count[b];
-      max_count = std::max(max_count, count[b]);
-    }
-    start[m] = acc;
-    for (int64_t t = 0; t < pairs; ++t) {
-      if (probes[t] != kNone) member[start[probes[t]]++] = static_cast<uint32_t>(t / h);
-    }
-    // start[b] now points at the end of set b; shift back.
-    for (uint64_t b = m; b > 0; --b) start[b] = start[b - 1];
-    start[0] = 0;
-
-    for (int64_t i = 0; i < num_pos; ++i) {
-      uint32_t s = ~uint32_t{0};
-      for (uint32_t j = 0; j < h; ++j) {
-        const uint64_t bit = probes[i * h + j];
-        if (bit != kNone) s = std::min(s, count[bit]);
+    pool->ParallelFor(num_pos, 10 * h, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const uint32_t* row = probes + i * h;
+        uint32_t sc = kNone;
+        for (uint32_t j = 0; j < h; ++j) {
+          if (row[j] != kNone) sc = std::min(sc, count[row[j]]);
+        }
+        score[i] = sc;
       }
-      score[i] = s;
+    });
+    for (int64_t i = 0; i < num_pos; ++i) {
+      const uint64_t key = (static_cast<uint64_t>(score[i]) << 32) | static_cast<uint64_t>(i);
+      const uint32_t* row = probes + i * h;
+      for (uint32_t j = 0; j < h; ++j) {
+        if (row[j] != kNone && key < best[row[j]]) best[row[j]] = key;
+      }
     }
 
-    // Counting sort of the bits by the size of their conflict set.
-    Tensor hist_t;
+    // Counting sort of the non-empty sets by size into (bit, best member)
+    // pairs; sets of one size stay in bit order. Set sizes take few distinct
+    // values, so the scattered writes go to a few sequential streams.
+    uint32_t max_count = 0;
+    int64_t non_empty = 0;
+    for (uint64_t b = 0; b < m; ++b) {
+      max_count = std::max(max_count, count[b]);
+      non_empty += count[b] != 0;
+    }
+    Tensor hist_t, order_t;
     OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_INT64,
-                                           TensorShape({int64_t{max_count} + 2}),
+                                           TensorShape({int64_t{max_count} + 1}),
                                            &hist_t));
-    int64_t* hist = hist_t.flat<int64_t>().data();
-    std::fill(hist, hist + max_count + 2, 0);
-    for (uint64_t b = 0; b < m; ++b) ++hist[count[b] + 1];
-    for (uint32_t c = 1; c <= max_count + 1; ++c) hist[c] += hist[c - 1];
-    // hist[c] = first slot of the sets of size c; empty sets are skipped below.
-    Tensor order_t;
     OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_UINT64,
-                                           TensorShape({static_cast<int64_t>(m)}),
-                                           &order_t));
-    uint64_t* order = order_t.flat<uint64_t>().data();
-    for (uint64_t b = 0; b < m; ++b) order[hist[count[b]]++] = b;
-    const int64_t num_sets = static_cast<int64_t>(m);
+                                           TensorShape({non_empty}), &order_t));
+    int64_t* hist = hist_t.flat<int64_t>().data();
+    uint64_t* order = order_t.flat<uint64_t>().data();  // (bit << 32) | member
+    std::fill(hist, hist + max_count + 1, 0);
+    for (uint64_t b = 0; b < m; ++b) {
+      if (count[b] != 0) ++hist[count[b]];
+    }
+    int64_t slot = 0;
+    for (uint32_t c = 1; c <= max_count; ++c) {
+      const int64_t n_c = hist[c];
+      hist[c] = slot;
+      slot += n_c;
+    }
+    for (uint64_t b = 0; b < m; ++b) {
+      if (count[b] != 0) order[hist[count[b]]++] = (b << 32) | (best[b] & 0xffffffffULL);
+    }
 
     int64_t chosen = 0;
-    auto take = [&](int64_t i) {
+    for (int64_t q = 0; q < non_empty && chosen < k; ++q) {
+      if (covered[order[q] >> 32]) continue;
+      const int64_t i = static_cast<int64_t>(order[q] & 0xffffffffULL);
       selected[i] = 1;
       ++chosen;
+      const uint32_t* row = probes + i * h;
       for (uint32_t j = 0; j < h; ++j) {
-        const uint64_t bit = probes[i * h + j];
-        if (bit != kNone) covered[bit] = 1;
+        if (row[j] != kNone) covered[row[j]] = 1;
       }
-    };
-    for (int64_t s = 0; s < num_sets && chosen < k; ++s) {
-      const uint64_t b = order[s];
-      if (count[b] == 0 || covered[b]) continue;
-      int64_t best = -1;
-      for (uint32_t q = start[b]; q < start[b + 1]; ++q) {
-        const int64_t i = member[q];
-        if (best < 0 || score[i] < score[best]) best = i;
-      }
-      take(best);
     }
     if (chosen < k) {
       // Fill with the unselected positives by (score, position).
       Tensor rest_t;
-      OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_INT64,
+      OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_UINT64,
                                              TensorShape({num_pos - chosen}), &rest_t));
-      int64_t* rest = rest_t.flat<int64_t>().data();
+      uint64_t* rest = rest_t.flat<uint64_t>().data();
       int64_t r = 0;
       for (int64_t i = 0; i < num_pos; ++i) {
-        if (!selected[i]) rest[r++] = i;
+        if (!selected[i]) rest[r++] = (static_cast<uint64_t>(score[i]) << 32) | i;
       }
       const int64_t need = k - chosen;
-      auto by_score = [&](int64_t a, int64_t b) {
-        return score[a] != score[b] ? score[a] < score[b] : a < b;
-      };
-      std::nth_element(rest, rest + need - 1, rest + r, by_score);
-      for (int64_t q = 0; q < need; ++q) {
-        selected[rest[q]] = 1;
-      }
-      chosen = k;
+      std::nth_element(rest, rest + need - 1, rest + r);
+      for (int64_t q = 0; q < need; ++q) selected[rest[q] & 0xffffffffULL] = 1;
     }
     Tensor* out_t = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({k}), &out_t));
