@@ -112,20 +112,33 @@ class BuildOps(build_ext):
             nvcc = os.path.join(cuda_home, "bin", "nvcc")
             if not os.path.exists(nvcc):
                 nvcc = shutil.which("nvcc")
+                if nvcc:
+                    cuda_home = os.path.dirname(os.path.dirname(os.path.realpath(nvcc)))
             if not nvcc:
                 raise SystemExit("DEEPREDUCE_TF_CUDA=1 but nvcc was not found in "
                                  f"{cuda_home}/bin or on PATH; set CUDA_HOME")
+            cudart = os.path.join(cuda_home, "lib64", "libcudart_static.a")
+            if not os.path.exists(cudart):
+                raise SystemExit(f"DEEPREDUCE_TF_CUDA=1 but {cudart} does not exist; "
+                                 "set CUDA_HOME to a full CUDA toolkit")
             gencode = []
             for a in archs:
                 gencode += [f"-gencode=arch=compute_{a},code=sm_{a}"]
             gencode += [f"-gencode=arch=compute_{archs[-1]},code=compute_{archs[-1]}"]
             for src in cu:
                 obj = os.path.join(obj_dir, os.path.relpath(src, ROOT).replace(os.sep, "_") + ".o")
-                jobs.append((obj, [nvcc, "-c", src, "-o", obj, "-std=c++17", "-O3",
+                # Hidden visibility: the CUDA/CUB code of this library is not
+                # exported, so it cannot interpose on TensorFlow's own.
+                # First in the queue: nvcc is the longest job.
+                jobs.insert(0, (obj, [nvcc, "-c", src, "-o", obj, "-std=c++17", "-O3",
                                    "-I" + ROOT, "-Xcompiler", "-fPIC",
+                                   "-Xcompiler", "-fvisibility=hidden",
                                    "--expt-relaxed-constexpr"] + gencode))
-            link_extra = [os.path.join(cuda_home, "lib64", "libcudart_static.a"),
-                          "-ldl", "-lrt", "-lpthread"]
+            # The static runtime makes the library independent of the CUDA
+            # runtime TensorFlow was built with (none in tensorflow-cpu); its
+            # symbols are kept local so a process-wide libcudart is untouched.
+            link_extra = [cudart, "-ldl", "-lrt", "-lpthread",
+                          "-Wl,--exclude-libs,libcudart_static.a"]
 
         def run(job):
             obj, cmd = job

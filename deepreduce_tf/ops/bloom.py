@@ -24,7 +24,7 @@ import tensorflow as tf
 from deepreduce_tf.ops import _loader
 
 POLICIES = ("p0", "leftmost", "random", "conflict_sets")
-HASH_ID = 1  # kHashDoubleMix64 in kernels/bloom/bloom.h
+HASH_ID = 1  # kHashMix64Rot in kernels/bloom/bloom.h
 
 BloomFilter = collections.namedtuple("BloomFilter", ["bits", "num_bits", "num_hashes"])
 BloomFilter.__doc__ = """A Bloom filter as produced by insert().
@@ -38,6 +38,8 @@ def _invalid(message):
 
 
 def _index_tensor(value, name):
+    if isinstance(value, (list, tuple)) and len(value) == 0:
+        value = np.zeros([0], np.int64)  # [] would otherwise become float32
     t = tf.convert_to_tensor(value)
     if t.dtype not in (tf.int32, tf.int64):
         raise _invalid(f"{name} must be int32 or int64, got {t.dtype.name}")
@@ -55,6 +57,15 @@ def _int64_scalar(value, name):
     return tf.cast(t, tf.int64)
 
 
+def _check_count(value, name, valid, rule):
+    """An explicit integer argument (not bool, not float) satisfying `valid`."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise _invalid(f"{name} must be an integer, got {value!r}")
+    if not valid(value):
+        raise _invalid(f"{name} must {rule}, got {value}")
+    return int(value)
+
+
 def _check_policy(policy):
     if policy not in POLICIES:
         raise ValueError(f"unknown Bloom-filter policy {policy!r}; valid choices: "
@@ -68,6 +79,8 @@ def filter_size(k, fpr):
     computed in double precision from fpr rounded to float32 (the op's attr
     type), m at least 1, h in [1, 32].
     """
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
+        raise ValueError(f"k must be a non-negative integer, got {k!r}")
     if not 0.0 < fpr < 1.0:
         raise ValueError(f"fpr must lie in (0, 1), got {fpr}")
     f = float(np.float32(fpr))
@@ -98,10 +111,12 @@ def insert(indices, universe_size, fpr=0.01, num_bits=None, num_hashes=None, see
     """
     indices = _index_tensor(indices, "indices")
     universe_size = _int64_scalar(universe_size, "universe_size")
-    if num_bits is not None and num_bits < 1:
-        raise _invalid(f"num_bits must be >= 1, got {num_bits}")
-    if num_hashes is not None and not 1 <= num_hashes <= 32:
-        raise _invalid(f"num_hashes must lie in [1, 32], got {num_hashes}")
+    if num_bits is not None:
+        num_bits = _check_count(num_bits, "num_bits", lambda v: v >= 1,
+                                "be >= 1")
+    if num_hashes is not None:
+        num_hashes = _check_count(num_hashes, "num_hashes", lambda v: 1 <= v <= 32,
+                                  "lie in [1, 32]")
     if (num_bits is None or num_hashes is None) and not 0.0 < fpr < 1.0:
         raise _invalid(f"fpr must lie in (0, 1), got {fpr}")
     bits, m, h = _loader.load().deep_reduce_bloom_filter_insert(

@@ -5,7 +5,7 @@
 // uint32 words, i.e. as 4 * ceil(m / 32) bytes where bit b lives in byte b / 8
 // at position b % 8 (LSB first). Bits at positions >= m are always zero.
 //
-// Hash scheme (kHashDoubleMix64 = 1). For an index i and the filter seed s:
+// Hash scheme (kHashMix64Rot = 1). For an index i and the filter seed s:
 //   a = Mix64(i + Mix64(s ^ kSeedSalt)),  b = RotateLeft64(a, 32) | 1,
 //   bit_j = MulHi64(a + j * b, m)   for j = 0 .. h-1   (uint64 wrap-around)
 // i.e. double hashing (Kirsch & Mitzenmacher) with a division-free range
@@ -24,7 +24,7 @@
 namespace deepreduce {
 namespace bloom {
 
-constexpr uint32_t kHashDoubleMix64 = 1;
+constexpr uint32_t kHashMix64Rot = 1;
 constexpr uint32_t kMaxHashes = 32;
 constexpr uint64_t kSeedSalt = 0x5851f42d4c957f2dULL;
 constexpr uint64_t kSelectSalt = 0x2545f4914f6cdd1dULL;
@@ -34,7 +34,7 @@ constexpr uint64_t kSelectSalt = 0x2545f4914f6cdd1dULL;
 struct BloomLayout {
   uint64_t num_bits;    // m >= 1
   uint32_t num_hashes;  // h in [1, kMaxHashes]
-  uint32_t hash_id;     // kHashDoubleMix64
+  uint32_t hash_id;     // kHashMix64Rot
   uint64_t seed_mix;    // Mix64(seed ^ kSeedSalt), precomputed once per call
 };
 
@@ -43,7 +43,7 @@ inline BloomLayout MakeLayout(uint64_t num_bits, uint32_t num_hashes,
   BloomLayout layout;
   layout.num_bits = num_bits;
   layout.num_hashes = num_hashes;
-  layout.hash_id = kHashDoubleMix64;
+  layout.hash_id = kHashMix64Rot;
   layout.seed_mix = Mix64(seed ^ kSeedSalt);
   return layout;
 }

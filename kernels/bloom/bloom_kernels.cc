@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <string>
 
 #include "kernels/bloom/bloom.h"
@@ -103,29 +104,57 @@ class BloomFilterInsertOp : public OpKernel {
     std::memset(words, 0, NumBytes(m));
     if (k == 0) return;
 
-    // One bit per position to detect duplicates: n/8 bytes, 1/32 of the
-    // dense float32 tensor the indices were taken from.
-    Tensor seen_t;
-    const int64_t seen_words = (n + 63) / 64;
-    OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_UINT64,
-                                           TensorShape({seen_words}), &seen_t));
-    uint64_t* seen = seen_t.flat<uint64_t>().data();
-    std::memset(seen, 0, sizeof(uint64_t) * seen_words);
-
     const Tidx* idx = indices_t.flat<Tidx>().data();
+    // Duplicates are found with one bit per position (n/8 bytes, 1/32 of the
+    // dense float32 tensor the indices came from) unless that bitmap would
+    // dwarf the index set itself (a few indices out of a huge n): then a
+    // sorted copy of the K indices is checked instead.
+    const int64_t seen_words = (n + 63) / 64;
+    const bool use_bitmap = seen_words <= 8 * k + 4096;
+    Tensor seen_t;
+    uint64_t* seen = nullptr;
+    if (use_bitmap) {
+      OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_UINT64,
+                                             TensorShape({seen_words}), &seen_t));
+      seen = seen_t.flat<uint64_t>().data();
+      std::memset(seen, 0, sizeof(uint64_t) * seen_words);
+    } else {
+      for (int64_t i = 0; i < k; ++i) {
+        const int64_t v = static_cast<int64_t>(idx[i]);
+        OP_REQUIRES(ctx, v >= 0 && v < n,
+                    absl::InvalidArgumentError(
+                        "indices[" + std::to_string(i) + "] = " + std::to_string(v) +
+                        " is outside [0, universe_size=" + std::to_string(n) + ")"));
+      }
+      Tensor sorted_t;
+      OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_INT64, TensorShape({k}),
+                                             &sorted_t));
+      int64_t* sorted = sorted_t.flat<int64_t>().data();
+      std::copy(idx, idx + k, sorted);
+      std::sort(sorted, sorted + k);
+      for (int64_t i = 1; i < k; ++i) {
+        OP_REQUIRES(ctx, sorted[i] != sorted[i - 1],
+                    absl::InvalidArgumentError(
+                        "indices must be distinct, but " + std::to_string(sorted[i]) +
+                        " occurs more than once"));
+      }
+    }
+
     std::atomic<int64_t> first_bad{k};
     Pool(ctx)->ParallelFor(
         k, /*cost_per_unit=*/20 + 10 * h, [&](int64_t begin, int64_t end) {
           for (int64_t i = begin; i < end; ++i) {
             const int64_t v = static_cast<int64_t>(idx[i]);
-            if (v < 0 || v >= n) {
-              AtomicMin(&first_bad, i);
-              continue;
-            }
-            const uint64_t mask = uint64_t{1} << (v & 63);
-            if (__atomic_fetch_or(&seen[v >> 6], mask, __ATOMIC_RELAXED) & mask) {
-              AtomicMin(&first_bad, i);
-              continue;
+            if (seen != nullptr) {
+              if (v < 0 || v >= n) {
+                AtomicMin(&first_bad, i);
+                continue;
+              }
+              const uint64_t mask = uint64_t{1} << (v & 63);
+              if (__atomic_fetch_or(&seen[v >> 6], mask, __ATOMIC_RELAXED) & mask) {
+                AtomicMin(&first_bad, i);
+                continue;
+              }
             }
             const ProbeSeq p = Probes(layout, static_cast<uint64_t>(v));
             for (uint32_t j = 0; j < h; ++j) {
@@ -296,7 +325,7 @@ class BloomFilterSelectOp : public OpKernel {
                                            pos_t.shape().DebugString()));
     BloomLayout layout;
     OP_REQUIRES_OK(ctx, ParseFilter(ctx->input(0), ctx->input(2), ctx->input(3),
-                                    seed_, /*check_padding=*/false, &layout));
+                                    seed_, /*check_padding=*/true, &layout));
     int64_t k;
     OP_REQUIRES_OK(ctx, ScalarInt64(ctx->input(4), "k", &k));
     const int64_t num_pos = pos_t.NumElements();
@@ -316,6 +345,19 @@ class BloomFilterSelectOp : public OpKernel {
                       "(the output of BloomFilterQuery); positives[" +
                       std::to_string(i) + "] = " +
                       std::to_string(static_cast<int64_t>(pos[i]))));
+    }
+    if (policy_ != kConflictSets) {  // conflict_sets checks while it hashes
+      const uint8_t* bytes = ctx->input(0).flat<uint8_t>().data();
+      std::atomic<int64_t> first_bad{num_pos};
+      Pool(ctx)->ParallelFor(num_pos, 20 + 8 * layout.num_hashes,
+                             [&](int64_t begin, int64_t end) {
+                               for (int64_t i = begin; i < end; ++i) {
+                                 if (!Contains(layout, bytes, static_cast<uint64_t>(pos[i]))) {
+                                   AtomicMin(&first_bad, i);
+                                 }
+                               }
+                             });
+      OP_REQUIRES_OK(ctx, NotAPositive(first_bad.load(), pos, num_pos));
     }
     switch (policy_) {
       case kP0:
@@ -338,6 +380,15 @@ class BloomFilterSelectOp : public OpKernel {
 
  private:
   enum Policy { kP0, kLeftmost, kRandom, kConflictSets };
+
+  static absl::Status NotAPositive(int64_t bad, const Tidx* pos, int64_t num_pos) {
+    if (bad >= num_pos) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        "positives[" + std::to_string(bad) + "] = " +
+        std::to_string(static_cast<int64_t>(pos[bad])) +
+        " is not a positive of this filter; pass the output of "
+        "BloomFilterQuery for the same filter and seed");
+  }
 
   // Keeps the k positives with the smallest RandomPolicyKey (ties cannot
   // change the result: keys are compared together with the position).
@@ -434,19 +485,26 @@ class BloomFilterSelectOp : public OpKernel {
         }
       }
     });
-    const int64_t bad = first_bad.load();
-    OP_REQUIRES(ctx, bad == num_pos,
-                absl::InvalidArgumentError(
-                    "positives[" + std::to_string(bad) + "] = " +
-                    std::to_string(bad < num_pos ? static_cast<int64_t>(pos[bad]) : -1) +
-                    " is not a positive of this filter; pass the output of "
-                    "BloomFilterQuery for the same filter and seed"));
+    OP_REQUIRES_OK(ctx, NotAPositive(first_bad.load(), pos, num_pos));
 
-    // Plain sequential scatter loops: on these sizes (a few MB of counters)
-    // they beat atomics, whose lock prefix costs more than the cache miss.
-    for (int64_t t = 0; t < pairs; ++t) {
-      if (probes[t] != kNone) ++count[probes[t]];
-    }
+    // The scatter phases below are sharded by bit range: every shard scans
+    // all (positive, bit) pairs but writes only the bits it owns, so no
+    // atomics are needed (their lock prefix costs more than the cache miss)
+    // and the result does not depend on the number of threads.
+    const int64_t shards = std::max(1, pool->NumThreads());
+    auto shard_lo = [&](int64_t sh) { return static_cast<uint32_t>(m * sh / shards); };
+    auto per_shard = [&](const std::function<void(int64_t)>& fn) {
+      pool->ParallelFor(shards, int64_t{1} << 30, [&](int64_t begin, int64_t end) {
+        for (int64_t sh = begin; sh < end; ++sh) fn(sh);
+      });
+    };
+    per_shard([&](int64_t sh) {
+      const uint32_t lo = shard_lo(sh), hi = shard_lo(sh + 1);
+      for (int64_t t = 0; t < pairs; ++t) {
+        const uint32_t bit = probes[t];
+        if (bit >= lo && bit < hi) ++count[bit];  // kNone is never < hi
+      }
+    });
     pool->ParallelFor(num_pos, 10 * h, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
         const uint32_t* row = probes + i * h;
@@ -457,44 +515,55 @@ class BloomFilterSelectOp : public OpKernel {
         score[i] = sc;
       }
     });
-    for (int64_t i = 0; i < num_pos; ++i) {
-      const uint64_t key = (static_cast<uint64_t>(score[i]) << 32) | static_cast<uint64_t>(i);
-      const uint32_t* row = probes + i * h;
-      for (uint32_t j = 0; j < h; ++j) {
-        if (row[j] != kNone && key < best[row[j]]) best[row[j]] = key;
+    per_shard([&](int64_t sh) {
+      const uint32_t lo = shard_lo(sh), hi = shard_lo(sh + 1);
+      for (int64_t i = 0; i < num_pos; ++i) {
+        const uint64_t key = (static_cast<uint64_t>(score[i]) << 32) | static_cast<uint64_t>(i);
+        const uint32_t* row = probes + i * h;
+        for (uint32_t j = 0; j < h; ++j) {
+          const uint32_t bit = row[j];
+          if (bit >= lo && bit < hi && key < best[bit]) best[bit] = key;
+        }
+      }
+    });
+
+    // Counting sort of the non-empty sets by (size, bit) into (bit, best
+    // member) pairs: per-shard histograms, then each shard scatters its own
+    // bits to precomputed slots. Set sizes take few distinct values, so the
+    // scattered writes go to a few sequential streams.
+    uint32_t max_count = 0;
+    for (uint64_t b = 0; b < m; ++b) max_count = std::max(max_count, count[b]);
+    const int64_t width = int64_t{max_count} + 1;
+    Tensor hist_t;
+    OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_INT64,
+                                           TensorShape({shards * width}), &hist_t));
+    int64_t* hist = hist_t.flat<int64_t>().data();  // hist[sh * width + c]
+    std::fill(hist, hist + shards * width, 0);
+    per_shard([&](int64_t sh) {
+      int64_t* hs = hist + sh * width;
+      for (uint32_t b = shard_lo(sh); b < shard_lo(sh + 1); ++b) ++hs[count[b]];
+    });
+    int64_t slot = 0;
+    for (int64_t c = 1; c < width; ++c) {
+      for (int64_t sh = 0; sh < shards; ++sh) {
+        const int64_t n_c = hist[sh * width + c];
+        hist[sh * width + c] = slot;
+        slot += n_c;
       }
     }
-
-    // Counting sort of the non-empty sets by size into (bit, best member)
-    // pairs; sets of one size stay in bit order. Set sizes take few distinct
-    // values, so the scattered writes go to a few sequential streams.
-    uint32_t max_count = 0;
-    int64_t non_empty = 0;
-    for (uint64_t b = 0; b < m; ++b) {
-      max_count = std::max(max_count, count[b]);
-      non_empty += count[b] != 0;
-    }
-    Tensor hist_t, order_t;
-    OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_INT64,
-                                           TensorShape({int64_t{max_count} + 1}),
-                                           &hist_t));
+    const int64_t non_empty = slot;
+    Tensor order_t;
     OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_UINT64,
                                            TensorShape({non_empty}), &order_t));
-    int64_t* hist = hist_t.flat<int64_t>().data();
     uint64_t* order = order_t.flat<uint64_t>().data();  // (bit << 32) | member
-    std::fill(hist, hist + max_count + 1, 0);
-    for (uint64_t b = 0; b < m; ++b) {
-      if (count[b] != 0) ++hist[count[b]];
-    }
-    int64_t slot = 0;
-    for (uint32_t c = 1; c <= max_count; ++c) {
-      const int64_t n_c = hist[c];
-      hist[c] = slot;
-      slot += n_c;
-    }
-    for (uint64_t b = 0; b < m; ++b) {
-      if (count[b] != 0) order[hist[count[b]]++] = (b << 32) | (best[b] & 0xffffffffULL);
-    }
+    per_shard([&](int64_t sh) {
+      int64_t* hs = hist + sh * width;
+      for (uint32_t b = shard_lo(sh); b < shard_lo(sh + 1); ++b) {
+        if (count[b] != 0) {
+          order[hs[count[b]]++] = (uint64_t{b} << 32) | (best[b] & 0xffffffffULL);
+        }
+      }
+    });
 
     int64_t chosen = 0;
     for (int64_t q = 0; q < non_empty && chosen < k; ++q) {

@@ -1,0 +1,65 @@
+"""Shared fixtures. Run with the venv's `pytest` (not `python -m pytest`): the
+tests must import the *installed* deepreduce_tf, which holds the compiled op
+library, not the source tree, which does not."""
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def pytest_configure(config):
+    import deepreduce_tf
+
+    pkg_dir = os.path.dirname(os.path.abspath(deepreduce_tf.__file__))
+    if pkg_dir == os.path.join(REPO_ROOT, "deepreduce_tf"):
+        raise pytest.UsageError(
+            "the tests imported deepreduce_tf from the source tree "
+            f"({pkg_dir}), which holds no compiled op library; install it "
+            "(bash build_deps/dev.sh setup) and run .venv/bin/pytest, not "
+            "python -m pytest, from the repository root")
+
+
+def to_numpy(x):
+    return tf.nest.map_structure(lambda t: t.numpy() if hasattr(t, "numpy") else t, x)
+
+
+@pytest.fixture(params=["eager", "graph"])
+def run(request):
+    """run(fn, *args, **kwargs): calls fn eagerly, or as a tf.function, and
+    returns numpy values. In graph mode tensor arguments become graph inputs
+    of unknown value, so the kernels see them at run time, not as constants."""
+
+    def call(fn, *args, **kwargs):
+        if request.param == "eager":
+            return to_numpy(fn(*args, **kwargs))
+        return to_numpy(tf.function(lambda *a: fn(*a, **kwargs))(*args))
+
+    call.mode = request.param
+    return call
+
+
+@pytest.fixture(params=[tf.int32, tf.int64], ids=["int32", "int64"])
+def index_dtype(request):
+    return request.param
+
+
+@pytest.fixture(params=["CPU", "GPU"])
+def device(request):
+    """Runs the test body under tf.device; GPU cases skip without a GPU."""
+    if request.param == "GPU":
+        if not tf.config.list_physical_devices("GPU"):
+            pytest.skip("no GPU visible to TensorFlow")
+        import deepreduce_tf
+
+        if not deepreduce_tf.cuda_built():
+            pytest.skip("op library built without CUDA kernels")
+    with tf.device(f"/{request.param}:0"):
+        yield request.param
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(20240601)

@@ -1,0 +1,228 @@
+"""The op-library loader: lazy, loud and version-aware.
+
+Every case runs in a fresh interpreter (sys.executable) so that the loader's
+once-per-process state starts empty. A broken installation is simulated by
+copying the installed deepreduce_tf package into a temporary directory, with
+or without its library, and putting that directory first on PYTHONPATH; the
+subprocess runs in that directory so that the source tree is never imported.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import tensorflow as tf
+
+import deepreduce_tf
+from deepreduce_tf.ops import _loader
+
+LIB = _loader.LIB_NAME + ".so"
+SIDECAR = _loader.LIB_NAME + ".json"
+INSTALLED_PKG = os.path.dirname(os.path.abspath(deepreduce_tf.__file__))
+RUNNING_MINOR = ".".join(tf.__version__.split(".")[:2])
+
+# Prepended to every subprocess script: records calls of tf.load_op_library.
+PRELUDE = """
+import json, sys
+import tensorflow as tf
+LOADS = []
+_orig_load = tf.load_op_library
+def _recording_load(path):
+    LOADS.append(path)
+    return _orig_load(path)
+tf.load_op_library = _recording_load
+
+def report(**kw):
+    print("RESULT " + json.dumps(kw))
+"""
+
+
+def run_python(code, cwd, pythonpath=None, lib_env=None, timeout=120):
+    env = dict(os.environ)
+    env.pop(_loader.ENV_PATH, None)
+    env.pop("PYTHONPATH", None)
+    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath
+    if lib_env is not None:
+        env[_loader.ENV_PATH] = lib_env
+    proc = subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(code)],
+                          cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    results = [json.loads(line[len("RESULT "):]) for line in proc.stdout.splitlines()
+               if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and len(results) == 1, (
+        f"subprocess failed (rc={proc.returncode})\nstdout:\n{proc.stdout}\n"
+        f"stderr:\n{proc.stderr[-4000:]}")
+    return results[0]
+
+
+def copy_package(tmp_path, with_lib=True, with_sidecar=True):
+    """A copy of the installed package under tmp_path/site; returns (site, ops dir)."""
+    site = tmp_path / "site"
+    dest = site / "deepreduce_tf"
+
+    def ignore(directory, names):
+        drop = {"__pycache__"}
+        if not with_lib:
+            drop.add(LIB)
+        if not with_sidecar:
+            drop.add(SIDECAR)
+        return [n for n in names if n in drop]
+
+    shutil.copytree(INSTALLED_PKG, dest, ignore=ignore)
+    return str(site), dest / "ops"
+
+
+# Tries build_info(), then an op; reports the error (if any) and the loads.
+TRY_LOAD = """
+import deepreduce_tf
+from deepreduce_tf.ops import _loader
+errors = []
+for attempt in range(2):  # a failure is not cached as success, nor swallowed
+    try:
+        info = deepreduce_tf.build_info()
+        errors.append(None)
+    except deepreduce_tf.OpLibraryError as e:
+        info = None
+        errors.append(str(e))
+try:
+    deepreduce_tf.bloom.insert([1, 2], 10)
+    op_error = None
+except ImportError as e:
+    op_error = type(e).__name__ + ": " + str(e)
+report(file=deepreduce_tf.__file__, info=info, errors=errors, op_error=op_error,
+       loads=LOADS, candidates=_loader._candidates(),
+       is_import_error=issubclass(deepreduce_tf.OpLibraryError, ImportError))
+"""
+
+
+def check_error_message(msg, paths):
+    assert msg.startswith("deepreduce_tf could not load its op library.")
+    for path in paths:
+        assert path in msg, f"path tried {path} not named:\n{msg}"
+    assert f"Running TensorFlow: {tf.__version__}" in msg
+    assert f"Running TensorFlow: {RUNNING_MINOR}" in msg
+    assert "pip install --no-build-isolation" in msg
+    assert _loader.ENV_PATH in msg
+
+
+def test_env_path_missing_falls_back_to_package(tmp_path):
+    missing = str(tmp_path / "nowhere" / LIB)
+    r = run_python(TRY_LOAD, cwd=str(tmp_path), lib_env=missing)
+    assert r["file"].startswith(INSTALLED_PKG)
+    assert r["errors"] == [None, None] and r["op_error"] is None
+    assert r["info"]["tf_version"] == tf.__version__
+    # The environment path is tried first, then the package's own library.
+    assert r["candidates"] == [missing, os.path.join(INSTALLED_PKG, "ops", LIB)]
+    assert r["loads"] == [os.path.join(INSTALLED_PKG, "ops", LIB)]
+
+
+def test_env_path_is_used_first(tmp_path):
+    """With the package's library missing, the env path alone suffices."""
+    site, ops_dir = copy_package(tmp_path, with_lib=False, with_sidecar=False)
+    lib_dir = tmp_path / "elsewhere"
+    lib_dir.mkdir()
+    shutil.copy(os.path.join(INSTALLED_PKG, "ops", LIB), lib_dir / LIB)
+    shutil.copy(os.path.join(INSTALLED_PKG, "ops", SIDECAR), lib_dir / SIDECAR)
+    r = run_python(TRY_LOAD, cwd=str(tmp_path), pythonpath=site,
+                   lib_env=str(lib_dir / LIB))
+    assert r["file"].startswith(site)
+    assert r["errors"] == [None, None] and r["op_error"] is None
+    assert r["loads"] == [str(lib_dir / LIB)]
+
+
+def test_missing_library(tmp_path):
+    site, ops_dir = copy_package(tmp_path, with_lib=False, with_sidecar=False)
+    missing_env = str(tmp_path / "nowhere" / LIB)
+    r = run_python(TRY_LOAD, cwd=str(tmp_path), pythonpath=site, lib_env=missing_env)
+    assert r["file"].startswith(site), "the copy was not the package imported"
+    assert r["is_import_error"]
+    pkg_lib = str(ops_dir / LIB)
+    msg = r["errors"][0]
+    assert msg is not None and r["errors"][1] == msg
+    check_error_message(msg, [missing_env, pkg_lib])
+    assert msg.index(missing_env) < msg.index(pkg_lib), "env path not tried first"
+    assert msg.count("no such file") == 2
+    assert "built for TensorFlow: unknown" in msg
+    assert r["loads"] == []
+    assert r["op_error"].startswith("OpLibraryError: deepreduce_tf could not load")
+
+
+def test_missing_build_record(tmp_path):
+    site, ops_dir = copy_package(tmp_path, with_lib=True, with_sidecar=False)
+    r = run_python(TRY_LOAD, cwd=str(tmp_path), pythonpath=site)
+    msg = r["errors"][0]
+    check_error_message(msg, [str(ops_dir / LIB)])
+    assert "no readable build record" in msg and SIDECAR in msg
+    assert r["loads"] == [], "a library without a build record must not be loaded"
+
+
+def test_version_mismatch_is_caught_before_loading(tmp_path):
+    site, ops_dir = copy_package(tmp_path)
+    sidecar = ops_dir / SIDECAR
+    info = json.loads(sidecar.read_text())
+    info["tf_version"] = "2.20.0"
+    sidecar.write_text(json.dumps(info))
+    r = run_python(TRY_LOAD, cwd=str(tmp_path), pythonpath=site)
+    msg = r["errors"][0]
+    check_error_message(msg, [str(ops_dir / LIB)])
+    assert "built for TensorFlow 2.20.0" in msg
+    assert f"library built for TensorFlow: 2.20.0" in msg
+    assert tf.__version__ in msg
+    assert "load failed" not in msg
+    assert r["loads"] == [], "tf.load_op_library was called on a mismatched library"
+
+
+def test_unloadable_library(tmp_path):
+    """A corrupt binary with a matching build record: the load error is reported."""
+    site, ops_dir = copy_package(tmp_path)
+    (ops_dir / LIB).write_bytes(b"\x7fELF this is not a shared library")
+    r = run_python(TRY_LOAD, cwd=str(tmp_path), pythonpath=site)
+    msg = r["errors"][0]
+    check_error_message(msg, [str(ops_dir / LIB)])
+    assert "load failed" in msg
+    # Tried again on every call (build_info twice, then the op): not cached.
+    assert r["loads"] == [str(ops_dir / LIB)] * 3
+
+
+LAZY = """
+import deepreduce_tf
+from deepreduce_tf.ops import _loader, bloom
+import deepreduce_tf.ops
+after_import = dict(loads=list(LOADS), module=_loader._module is not None)
+try:
+    deepreduce_tf.cuda_built()
+    error = None
+except deepreduce_tf.OpLibraryError as e:
+    error = str(e)
+report(after_import=after_import, error=error, loads=LOADS,
+       version=deepreduce_tf.__version__)
+"""
+
+
+def test_import_is_lazy_with_a_broken_library(tmp_path):
+    site, _ = copy_package(tmp_path, with_lib=False, with_sidecar=False)
+    r = run_python(LAZY, cwd=str(tmp_path), pythonpath=site,
+                   lib_env=str(tmp_path / "broken" / LIB))
+    assert r["after_import"] == {"loads": [], "module": False}
+    assert r["version"] == deepreduce_tf.__version__
+    assert r["error"] is not None and "Paths tried" in r["error"]
+
+
+def test_import_is_lazy_with_a_good_library(tmp_path):
+    r = run_python(LAZY, cwd=str(tmp_path))
+    assert r["after_import"] == {"loads": [], "module": False}
+    assert r["error"] is None
+    assert r["loads"] == [os.path.join(INSTALLED_PKG, "ops", LIB)]
+
+
+@pytest.mark.parametrize("built,running,ok", [
+    ("2.21.0", "2.21.0", True), ("2.21.0", "2.21.3", True), ("2.21.0rc1", "2.21.0", True),
+    ("2.20.0", "2.21.0", False), ("2.2.0", "2.21.0", False), ("3.21.0", "2.21.0", False),
+])
+def test_minor_version_comparison(built, running, ok):
+    assert (_loader._minor(built) == _loader._minor(running)) is ok
