@@ -45,6 +45,14 @@ void AtomicMin(std::atomic<int64_t>* target, int64_t value) {
   }
 }
 
+// Eight bitmap bytes as one little-endian word (bit j = byte j / 8, bit j % 8;
+// every target here is little-endian), alignment-free.
+inline uint64_t LoadWord(const uint8_t* p) {
+  uint64_t w;
+  std::memcpy(&w, p, sizeof(w));
+  return w;
+}
+
 // indices must lie in [0, n) and increase strictly.
 template <typename T>
 absl::Status ValidateSorted(OpKernelContext* ctx, const T* idx, int64_t k, int64_t n,
@@ -347,11 +355,11 @@ class DecodeBitmapOp : public OpKernel {
     auto pool = Pool(ctx);
     pool->ParallelFor(chunks, kBitmapChunkBytes, [&](int64_t begin, int64_t end) {
       for (int64_t c = begin; c < end; ++c) {
-        int64_t count = 0;
-        for (int64_t i = c * kBitmapChunkBytes, e = std::min(bytes, i + kBitmapChunkBytes);
-             i < e; ++i) {
-          count += __builtin_popcount(body[i]);
-        }
+        const int64_t i0 = c * kBitmapChunkBytes;
+        const int64_t e = std::min(bytes, i0 + kBitmapChunkBytes);
+        int64_t count = 0, i = i0;
+        for (; i + 8 <= e; i += 8) count += __builtin_popcountll(LoadWord(body + i));
+        for (; i < e; ++i) count += __builtin_popcount(body[i]);
         off[c] = count;
       }
     });
@@ -370,8 +378,17 @@ class DecodeBitmapOp : public OpKernel {
     pool->ParallelFor(chunks, kBitmapChunkBytes * 2, [&](int64_t begin, int64_t end) {
       for (int64_t c = begin; c < end; ++c) {
         int64_t o = off[c];
-        for (int64_t i = c * kBitmapChunkBytes, e = std::min(bytes, i + kBitmapChunkBytes);
-             i < e; ++i) {
+        const int64_t i0 = c * kBitmapChunkBytes;
+        const int64_t e = std::min(bytes, i0 + kBitmapChunkBytes);
+        int64_t i = i0;
+        for (; i + 8 <= e; i += 8) {
+          uint64_t v = LoadWord(body + i);
+          while (v) {
+            out[o++] = static_cast<Tidx>(8 * i + __builtin_ctzll(v));
+            v &= v - 1;
+          }
+        }
+        for (; i < e; ++i) {
           unsigned v = body[i];
           while (v) {
             out[o++] = static_cast<Tidx>(8 * i + __builtin_ctz(v));
