@@ -1,0 +1,134 @@
+// Self-describing payload header shared by every lossless index codec, plus
+// the two baseline codecs (int32, bitmap). No TF headers: CUDA code uses it.
+//
+// A payload is ONE flat byte string:
+//
+//   byte 0      kMagic (0xDE)
+//   byte 1      codec id (kCodecInt32 = 1, kCodecBitmap = 2, kCodecRle = 3,
+//               kCodecGolomb = 4)
+//   byte 2      format version of that codec (1 for all four)
+//   varint      n, the universe size (0 <= n < 2^63)
+//   varint      K, the number of indices (0 <= K <= n)
+//   ...         codec-specific fields and body (see each codec's header)
+//
+// Varints are unsigned LEB128 (7 bits per byte, low group first, high bit =
+// "more follows"), at most 9 bytes, canonical: no trailing zero group, so one
+// value has exactly one encoding. Every decoder checks that the payload length
+// equals exactly the length its header fields imply.
+//
+// int32  body: K little-endian int32, strictly increasing. Needs n <= 2^31.
+// bitmap body: ceil(n / 8) bytes; index i is bit i % 8 of byte i / 8; the
+//        padding bits past n are zero and exactly K bits are set.
+#ifndef DEEPREDUCE_KERNELS_INDEX_INDEX_FORMAT_H_
+#define DEEPREDUCE_KERNELS_INDEX_INDEX_FORMAT_H_
+
+#include <cstdint>
+
+#include "kernels/common/platform.h"
+
+namespace deepreduce {
+namespace index {
+
+constexpr uint8_t kMagic = 0xDE;
+constexpr uint8_t kCodecInt32 = 1;
+constexpr uint8_t kCodecBitmap = 2;
+constexpr uint8_t kCodecRle = 3;
+constexpr uint8_t kCodecGolomb = 4;
+constexpr uint8_t kFormatVersion = 1;
+constexpr int kMaxVarintBytes = 9;
+constexpr uint64_t kMaxUniverse = (uint64_t{1} << 63) - 1;
+constexpr uint64_t kMaxInt32Universe = uint64_t{1} << 31;
+
+DR_HOST_DEVICE int VarintSize(uint64_t v) {
+  int s = 1;
+  while (v >= 0x80) {
+    v >>= 7;
+    ++s;
+  }
+  return s;
+}
+
+DR_HOST_DEVICE uint8_t* PutVarint(uint8_t* p, uint64_t v) {
+  while (v >= 0x80) {
+    *p++ = static_cast<uint8_t>(v | 0x80);
+    v >>= 7;
+  }
+  *p++ = static_cast<uint8_t>(v);
+  return p;
+}
+
+// Reads a canonical varint of at most 9 bytes (so at most 63 bits) from
+// [*p, end) and advances *p. False on truncation, overlong or non-canonical.
+DR_HOST_DEVICE bool GetVarint(const uint8_t** p, const uint8_t* end, uint64_t* v) {
+  const uint8_t* q = *p;
+  uint64_t value = 0;
+  for (int i = 0; i < kMaxVarintBytes; ++i) {
+    if (q >= end) return false;
+    const uint8_t b = *q++;
+    value |= static_cast<uint64_t>(b & 0x7f) << (7 * i);
+    if ((b & 0x80) == 0) {
+      if (b == 0 && i > 0) return false;  // non-canonical trailing zero group
+      *v = value;
+      *p = q;
+      return true;
+    }
+  }
+  return false;
+}
+
+DR_HOST_DEVICE int CommonHeaderSize(uint64_t n, uint64_t k) {
+  return 3 + VarintSize(n) + VarintSize(k);
+}
+
+DR_HOST_DEVICE uint8_t* PutCommonHeader(uint8_t* p, uint8_t codec, uint64_t n, uint64_t k) {
+  *p++ = kMagic;
+  *p++ = codec;
+  *p++ = kFormatVersion;
+  p = PutVarint(p, n);
+  return PutVarint(p, k);
+}
+
+struct CommonHeader {
+  uint8_t codec;
+  uint8_t version;
+  uint64_t n;
+  uint64_t k;
+};
+
+// Parses and checks the common header; on success *body points past it.
+// Returns nullptr or a message saying what is wrong.
+inline const char* ParseCommonHeader(const uint8_t* begin, const uint8_t* end,
+                                     uint8_t expect_codec, CommonHeader* h,
+                                     const uint8_t** body) {
+  if (end - begin < 5) return "payload is shorter than the smallest header (5 bytes)";
+  if (begin[0] != kMagic) return "payload does not start with the index-codec magic byte 0xDE";
+  h->codec = begin[1];
+  h->version = begin[2];
+  if (h->codec != expect_codec) return "payload was written by another index codec";
+  if (h->version != kFormatVersion) return "unsupported format version";
+  const uint8_t* p = begin + 3;
+  if (!GetVarint(&p, end, &h->n)) return "malformed varint for the universe size n";
+  if (!GetVarint(&p, end, &h->k)) return "malformed varint for the index count K";
+  if (h->k > h->n) return "header claims more indices K than the universe size n";
+  *body = p;
+  return nullptr;
+}
+
+DR_HOST_DEVICE uint64_t BitmapBytes(uint64_t n) { return (n + 7) / 8; }
+
+// Little-endian int32 load/store, alignment-free.
+DR_HOST_DEVICE void StoreLE32(uint8_t* p, uint32_t v) {
+  p[0] = static_cast<uint8_t>(v);
+  p[1] = static_cast<uint8_t>(v >> 8);
+  p[2] = static_cast<uint8_t>(v >> 16);
+  p[3] = static_cast<uint8_t>(v >> 24);
+}
+DR_HOST_DEVICE uint32_t LoadLE32(const uint8_t* p) {
+  return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
+         (static_cast<uint32_t>(p[2]) << 16) | (static_cast<uint32_t>(p[3]) << 24);
+}
+
+}  // namespace index
+}  // namespace deepreduce
+
+#endif  // DEEPREDUCE_KERNELS_INDEX_INDEX_FORMAT_H_

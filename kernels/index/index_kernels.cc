@@ -1,0 +1,558 @@
+// CPU kernels of the lossless index codecs (int32, bitmap, rle, golomb). The
+// byte formats and per-element / per-block logic live in the codec headers
+// (index_format.h, rle.h, golomb.h), shared with the CUDA kernels; this file
+// adds validation, threading and memory management.
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "kernels/common/bit_io.h"
+#include "kernels/index/golomb.h"
+#include "kernels/index/index_args.h"
+#include "kernels/index/index_format.h"
+#include "kernels/index/rle.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/tensor.h"
+#include "tensorflow/core/platform/threadpool.h"
+
+namespace deepreduce {
+namespace index {
+namespace {
+
+using ::tensorflow::DataTypeToEnum;
+using ::tensorflow::OpKernel;
+using ::tensorflow::OpKernelConstruction;
+using ::tensorflow::OpKernelContext;
+using ::tensorflow::Tensor;
+using ::tensorflow::TensorShape;
+
+// Indices per work item of the rle encoder and bytes per work item of the
+// bitmap decoder: large enough to amortise scheduling, small enough to split
+// a 25 M-position tensor across the pool.
+constexpr int64_t kRleChunk = 16384;
+constexpr int64_t kBitmapChunkBytes = 8192;
+
+tensorflow::thread::ThreadPool* Pool(OpKernelContext* ctx) {
+  return ctx->device()->tensorflow_cpu_worker_threads()->workers;
+}
+
+void AtomicMin(std::atomic<int64_t>* target, int64_t value) {
+  int64_t cur = target->load(std::memory_order_relaxed);
+  while (value < cur &&
+         !target->compare_exchange_weak(cur, value, std::memory_order_relaxed)) {
+  }
+}
+
+// Eight bitmap bytes as one little-endian word (bit j = byte j / 8, bit j % 8;
+// every target here is little-endian), alignment-free.
+inline uint64_t LoadWord(const uint8_t* p) {
+  uint64_t w;
+  std::memcpy(&w, p, sizeof(w));
+  return w;
+}
+
+// indices must lie in [0, n) and increase strictly.
+template <typename T>
+absl::Status ValidateSorted(OpKernelContext* ctx, const T* idx, int64_t k, int64_t n,
+                            const char* name) {
+  std::atomic<int64_t> first_bad{k};
+  Pool(ctx)->ParallelFor(k, 4, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t v = static_cast<int64_t>(idx[i]);
+      if (v < 0 || v >= n || (i > 0 && static_cast<int64_t>(idx[i - 1]) >= v)) {
+        AtomicMin(&first_bad, i);
+        return;
+      }
+    }
+  });
+  const int64_t bad = first_bad.load();
+  if (bad == k) return absl::OkStatus();
+  const int64_t v = static_cast<int64_t>(idx[bad]);
+  if (v < 0 || v >= n) {
+    return Invalid(std::string(name) + "[" + std::to_string(bad) + "] = " +
+                   std::to_string(v) + " is outside [0, universe_size=" +
+                   std::to_string(n) + ")");
+  }
+  return Invalid(std::string(name) + " must be strictly increasing (sorted, distinct), but " +
+                 name + "[" + std::to_string(bad - 1) + "] = " +
+                 std::to_string(static_cast<int64_t>(idx[bad - 1])) + " >= " + name + "[" +
+                 std::to_string(bad) + "] = " + std::to_string(v));
+}
+
+// ---------------------------------------------------------------------------
+// Encoders: shared validation, then the codec's Encode().
+
+template <typename Tidx>
+class EncodeBase : public OpKernel {
+ public:
+  explicit EncodeBase(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    int64_t n = 0;
+    OP_REQUIRES_OK(ctx, ParseUniverse(ctx->input(1), &n));
+    const Tensor& indices_t = ctx->input(0);
+    OP_REQUIRES_OK(ctx, CheckIndicesShape(indices_t, n));
+    const int64_t k = indices_t.NumElements();
+    const Tidx* idx = indices_t.flat<Tidx>().data();
+    OP_REQUIRES_OK(ctx, ValidateSorted(ctx, idx, k, n, "indices"));
+    Encode(ctx, idx, k, n);
+  }
+
+ protected:
+  virtual void Encode(OpKernelContext* ctx, const Tidx* idx, int64_t k, int64_t n) = 0;
+
+  // Allocates the payload and writes the common header; returns the body.
+  uint8_t* AllocatePayload(OpKernelContext* ctx, uint8_t codec, int64_t n, int64_t k,
+                           int64_t extra_header, int64_t body_bytes) {
+    const int64_t hdr = CommonHeaderSize(n, k);
+    Tensor* out = nullptr;
+    absl::Status s = ctx->allocate_output(0, TensorShape({hdr + extra_header + body_bytes}),
+                                          &out);
+    if (!s.ok()) {
+      ctx->CtxFailure(s);
+      return nullptr;
+    }
+    return PutCommonHeader(out->flat<uint8_t>().data(), codec, n, k);
+  }
+};
+
+template <typename Tidx>
+class EncodeInt32Op : public EncodeBase<Tidx> {
+ public:
+  using EncodeBase<Tidx>::EncodeBase;
+
+ protected:
+  void Encode(OpKernelContext* ctx, const Tidx* idx, int64_t k, int64_t n) override {
+    OP_REQUIRES(ctx, static_cast<uint64_t>(n) <= kMaxInt32Universe,
+                Invalid("the int32 index codec cannot address universe_size=" +
+                        std::to_string(n) + " > 2^31; use golomb, rle or bitmap"));
+    uint8_t* body = this->AllocatePayload(ctx, kCodecInt32, n, k, 0, 4 * k);
+    if (body == nullptr) return;
+    Pool(ctx)->ParallelFor(k, 2, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        StoreLE32(body + 4 * i, static_cast<uint32_t>(idx[i]));
+      }
+    });
+  }
+};
+
+template <typename Tidx>
+class EncodeBitmapOp : public EncodeBase<Tidx> {
+ public:
+  using EncodeBase<Tidx>::EncodeBase;
+
+ protected:
+  void Encode(OpKernelContext* ctx, const Tidx* idx, int64_t k, int64_t n) override {
+    const int64_t bytes = static_cast<int64_t>(BitmapBytes(n));
+    uint8_t* body = this->AllocatePayload(ctx, kCodecBitmap, n, k, 0, bytes);
+    if (body == nullptr) return;
+    std::memset(body, 0, bytes);
+    // Indices are sorted, so only the bytes at the two ends of a work item can
+    // be shared with a neighbouring item; those take an atomic OR.
+    Pool(ctx)->ParallelFor(k, 3, [&](int64_t begin, int64_t end) {
+      const uint64_t lo = static_cast<uint64_t>(idx[begin]) >> 3;
+      const uint64_t hi = static_cast<uint64_t>(idx[end - 1]) >> 3;
+      for (int64_t i = begin; i < end; ++i) {
+        const uint64_t v = static_cast<uint64_t>(idx[i]);
+        const uint8_t bit = static_cast<uint8_t>(1u << (v & 7));
+        if ((v >> 3) == lo || (v >> 3) == hi) {
+          __atomic_fetch_or(&body[v >> 3], bit, __ATOMIC_RELAXED);
+        } else {
+          body[v >> 3] |= bit;
+        }
+      }
+    });
+  }
+};
+
+template <typename Tidx>
+class EncodeRleOp : public EncodeBase<Tidx> {
+ public:
+  using EncodeBase<Tidx>::EncodeBase;
+
+ protected:
+  void Encode(OpKernelContext* ctx, const Tidx* idx, int64_t k, int64_t n) override {
+    const int64_t chunks = (k + kRleChunk - 1) / kRleChunk;
+    Tensor off_t;
+    OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_INT64, TensorShape({chunks + 1}),
+                                           &off_t));
+    int64_t* off = off_t.flat<int64_t>().data();
+    auto gap = [idx](int64_t i) -> uint64_t {
+      return i == 0 ? static_cast<uint64_t>(idx[0])
+                    : static_cast<uint64_t>(idx[i]) - static_cast<uint64_t>(idx[i - 1]) - 1;
+    };
+    // Pass 1: bytes per chunk; pass 2: each chunk writes at its prefix sum.
+    Pool(ctx)->ParallelFor(chunks, kRleChunk * 4, [&](int64_t begin, int64_t end) {
+      for (int64_t c = begin; c < end; ++c) {
+        int64_t bytes = 0;
+        for (int64_t i = c * kRleChunk, e = std::min(k, i + kRleChunk); i < e; ++i) {
+          bytes += rle::GapSize(gap(i));
+        }
+        off[c] = bytes;
+      }
+    });
+    int64_t total = 0;
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t b = off[c];
+      off[c] = total;
+      total += b;
+    }
+    uint8_t* body = this->AllocatePayload(ctx, kCodecRle, n, k, 0, total);
+    if (body == nullptr) return;
+    Pool(ctx)->ParallelFor(chunks, kRleChunk * 6, [&](int64_t begin, int64_t end) {
+      for (int64_t c = begin; c < end; ++c) {
+        uint8_t* p = body + off[c];
+        for (int64_t i = c * kRleChunk, e = std::min(k, i + kRleChunk); i < e; ++i) {
+          p = rle::PutGap(p, gap(i));
+        }
+      }
+    });
+  }
+};
+
+template <typename Tidx>
+class EncodeGolombOp : public EncodeBase<Tidx> {
+ public:
+  explicit EncodeGolombOp(OpKernelConstruction* ctx) : EncodeBase<Tidx>(ctx) {
+    int64_t block_size;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("block_size", &block_size));
+    log2_block_ = BitWidth64(static_cast<uint64_t>(block_size)) - 1;
+    OP_REQUIRES(ctx,
+                block_size > 0 && (block_size & (block_size - 1)) == 0 &&
+                    log2_block_ >= golomb::kMinLog2Block &&
+                    log2_block_ <= golomb::kMaxLog2Block,
+                Invalid("block_size must be a power of two in [16, 65536], got " +
+                        std::to_string(block_size)));
+  }
+
+ protected:
+  void Encode(OpKernelContext* ctx, const Tidx* idx, int64_t k, int64_t n) override {
+    const int log2_block = log2_block_;
+    const int64_t blocks = static_cast<int64_t>(
+        golomb::MakeLayout(n, k, log2_block, 0).num_blocks);
+    // Per block: Rice parameter, then (after the scan) its stream offset.
+    Tensor param_t, off_t;
+    OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_INT32, TensorShape({blocks}),
+                                           &param_t));
+    OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_INT64, TensorShape({blocks + 1}),
+                                           &off_t));
+    int32_t* param = param_t.flat<int32_t>().data();
+    int64_t* off = off_t.flat<int64_t>().data();
+    const int64_t block_size = int64_t{1} << log2_block;
+    auto pool = Pool(ctx);
+    pool->ParallelFor(blocks, block_size * 12, [&](int64_t begin, int64_t end) {
+      for (int64_t b = begin; b < end; ++b) {
+        const uint64_t count = golomb::BlockCount(k, log2_block, b);
+        uint64_t bits;
+        param[b] = golomb::ChooseRiceParam(idx + (b << log2_block), count, &bits);
+        off[b] = static_cast<int64_t>((bits + 7) / 8);
+      }
+    });
+    int64_t s = 0;
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t bytes = off[b];
+      off[b] = s;
+      s += bytes;
+    }
+    off[blocks] = s;
+    const golomb::Layout layout = golomb::MakeLayout(n, k, log2_block, s);
+    const int64_t table_bytes = (blocks * layout.entry_bits + 7) / 8;
+    const int64_t extra = 1 + VarintSize(s);
+    uint8_t* p = this->AllocatePayload(ctx, kCodecGolomb, n, k, extra, table_bytes + s);
+    if (p == nullptr) return;
+    *p++ = static_cast<uint8_t>(log2_block);
+    p = PutVarint(p, static_cast<uint64_t>(s));
+    BitWriter table(p);
+    for (int64_t b = 0; b < blocks; ++b) {
+      table.PutWide(static_cast<uint64_t>(idx[b << log2_block]), layout.w_idx);
+      table.PutWide(static_cast<uint64_t>(off[b]), layout.w_off);
+      table.Put(static_cast<uint64_t>(param[b]), golomb::kRiceParamBits);
+    }
+    table.Flush();
+    uint8_t* stream = p + table_bytes;
+    pool->ParallelFor(blocks, block_size * 8, [&](int64_t begin, int64_t end) {
+      for (int64_t b = begin; b < end; ++b) {
+        golomb::EncodeBlock(idx + (b << log2_block), golomb::BlockCount(k, log2_block, b),
+                            param[b], stream + off[b]);
+      }
+    });
+  }
+
+ private:
+  int log2_block_;
+};
+
+// ---------------------------------------------------------------------------
+// Decoders.
+
+template <typename Tidx>
+class DecodeInt32Op : public OpKernel {
+ public:
+  explicit DecodeInt32Op(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& payload = ctx->input(0);
+    CommonHeader h;
+    const uint8_t* body;
+    OP_REQUIRES_OK(ctx, ParseHeader(payload, kCodecInt32, DataTypeToEnum<Tidx>::v(), &h, &body));
+    const uint8_t* end = payload.flat<uint8_t>().data() + payload.NumElements();
+    OP_REQUIRES(ctx, h.n <= kMaxInt32Universe,
+                Invalid("int32 payload claims universe size n=" + std::to_string(h.n) +
+                        " > 2^31, which the int32 codec never writes"));
+    const uint64_t have = static_cast<uint64_t>(end - body);
+    OP_REQUIRES(ctx, h.k <= have / 4,
+                Invalid("int32 payload claims K=" + std::to_string(h.k) + " indices but holds " +
+                        std::to_string(have) + " body bytes (4 per index)"));
+    OP_REQUIRES_OK(ctx, CheckBodyLength("int32", have, 4 * h.k,
+                                        "K=" + std::to_string(h.k) + ", 4 bytes each"));
+    const int64_t k = static_cast<int64_t>(h.k);
+    Tensor* out_t = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({k}), &out_t));
+    Tidx* out = out_t->flat<Tidx>().data();
+    const int64_t n = static_cast<int64_t>(h.n);
+    Pool(ctx)->ParallelFor(k, 2, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        // Read as signed: words >= 2^31 (never written, n <= 2^31) become
+        // negative for either out_idx and fail the range check below.
+        out[i] = static_cast<Tidx>(static_cast<int32_t>(LoadLE32(body + 4 * i)));
+      }
+    });
+    absl::Status s = ValidateSorted(ctx, out, k, n, "decoded index");
+    OP_REQUIRES(ctx, s.ok(),
+                Invalid("int32 payload is corrupt: " + std::string(s.message())));
+  }
+};
+
+template <typename Tidx>
+class DecodeBitmapOp : public OpKernel {
+ public:
+  explicit DecodeBitmapOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& payload = ctx->input(0);
+    CommonHeader h;
+    const uint8_t* body;
+    OP_REQUIRES_OK(ctx, ParseHeader(payload, kCodecBitmap, DataTypeToEnum<Tidx>::v(), &h, &body));
+    const uint8_t* end = payload.flat<uint8_t>().data() + payload.NumElements();
+    const uint64_t have = static_cast<uint64_t>(end - body);
+    OP_REQUIRES_OK(ctx, CheckBodyLength("bitmap", have, BitmapBytes(h.n),
+                                        "universe size n=" + std::to_string(h.n) +
+                                            ", ceil(n / 8) bytes"));
+    const int64_t n = static_cast<int64_t>(h.n);
+    const int64_t bytes = static_cast<int64_t>(have);
+    if ((n & 7) != 0) {
+      OP_REQUIRES(ctx, (body[bytes - 1] >> (n & 7)) == 0,
+                  Invalid("bitmap payload has bits set past the universe size n=" +
+                          std::to_string(n) + "; it is corrupt"));
+    }
+    const int64_t chunks = (bytes + kBitmapChunkBytes - 1) / kBitmapChunkBytes;
+    Tensor off_t;
+    OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_INT64, TensorShape({chunks + 1}),
+                                           &off_t));
+    int64_t* off = off_t.flat<int64_t>().data();
+    auto pool = Pool(ctx);
+    pool->ParallelFor(chunks, kBitmapChunkBytes, [&](int64_t begin, int64_t end) {
+      for (int64_t c = begin; c < end; ++c) {
+        const int64_t i0 = c * kBitmapChunkBytes;
+        const int64_t e = std::min(bytes, i0 + kBitmapChunkBytes);
+        int64_t count = 0, i = i0;
+        for (; i + 8 <= e; i += 8) count += __builtin_popcountll(LoadWord(body + i));
+        for (; i < e; ++i) count += __builtin_popcount(body[i]);
+        off[c] = count;
+      }
+    });
+    int64_t total = 0;
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t v = off[c];
+      off[c] = total;
+      total += v;
+    }
+    OP_REQUIRES(ctx, static_cast<uint64_t>(total) == h.k,
+                Invalid("bitmap payload header claims K=" + std::to_string(h.k) +
+                        " indices but " + std::to_string(total) + " bits are set"));
+    Tensor* out_t = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({total}), &out_t));
+    Tidx* out = out_t->flat<Tidx>().data();
+    pool->ParallelFor(chunks, kBitmapChunkBytes * 2, [&](int64_t begin, int64_t end) {
+      for (int64_t c = begin; c < end; ++c) {
+        int64_t o = off[c];
+        const int64_t i0 = c * kBitmapChunkBytes;
+        const int64_t e = std::min(bytes, i0 + kBitmapChunkBytes);
+        int64_t i = i0;
+        for (; i + 8 <= e; i += 8) {
+          uint64_t v = LoadWord(body + i);
+          while (v) {
+            out[o++] = static_cast<Tidx>(8 * i + __builtin_ctzll(v));
+            v &= v - 1;
+          }
+        }
+        for (; i < e; ++i) {
+          unsigned v = body[i];
+          while (v) {
+            out[o++] = static_cast<Tidx>(8 * i + __builtin_ctz(v));
+            v &= v - 1;
+          }
+        }
+      }
+    });
+  }
+};
+
+template <typename Tidx>
+class DecodeRleOp : public OpKernel {
+ public:
+  explicit DecodeRleOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& payload = ctx->input(0);
+    CommonHeader h;
+    const uint8_t* p;
+    OP_REQUIRES_OK(ctx, ParseHeader(payload, kCodecRle, DataTypeToEnum<Tidx>::v(), &h, &p));
+    const uint8_t* end = payload.flat<uint8_t>().data() + payload.NumElements();
+    const uint64_t have = static_cast<uint64_t>(end - p);
+    OP_REQUIRES(ctx, h.k <= have,
+                Invalid("rle payload claims K=" + std::to_string(h.k) + " indices but its body "
+                        "holds only " + std::to_string(have) + " bytes (at least 1 per index)"));
+    const int64_t k = static_cast<int64_t>(h.k);
+    Tensor* out_t = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({k}), &out_t));
+    Tidx* out = out_t->flat<Tidx>().data();
+    // The gaps are sequential by nature (a varint's start depends on all
+    // before it); this loop runs at several hundred MB/s on one core.
+    uint64_t next = 0;  // the smallest value the next index may take
+    for (int64_t i = 0; i < k; ++i) {
+      uint64_t gap;
+      OP_REQUIRES(ctx, rle::GetGap(&p, end, &gap),
+                  Invalid("rle payload is corrupt: gap " + std::to_string(i) + " of K=" +
+                          std::to_string(k) + " is truncated or not in shortest form"));
+      OP_REQUIRES(ctx, gap < h.n - next,
+                  Invalid("rle payload is corrupt: gap " + std::to_string(i) + " = " +
+                          std::to_string(gap) + " runs past the universe size n=" +
+                          std::to_string(h.n)));
+      const uint64_t v = next + gap;
+      out[i] = static_cast<Tidx>(v);
+      next = v + 1;
+    }
+    OP_REQUIRES(ctx, p == end,
+                Invalid("rle payload has " + std::to_string(end - p) +
+                        " trailing bytes after its K=" + std::to_string(k) +
+                        " gaps; it is extended or corrupt"));
+  }
+};
+
+template <typename Tidx>
+class DecodeGolombOp : public OpKernel {
+ public:
+  explicit DecodeGolombOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& payload = ctx->input(0);
+    CommonHeader h;
+    const uint8_t* body;
+    OP_REQUIRES_OK(ctx, ParseHeader(payload, kCodecGolomb, DataTypeToEnum<Tidx>::v(), &h, &body));
+    const uint8_t* end = payload.flat<uint8_t>().data() + payload.NumElements();
+    golomb::Layout layout;
+    const uint8_t *table, *stream;
+    OP_REQUIRES_OK(ctx, ParseGolombLayout(h, body, end, &layout, &table, &stream));
+    const int64_t blocks = static_cast<int64_t>(layout.num_blocks);
+    const int log2_block = layout.log2_block;
+    const uint64_t s = layout.stream_bytes;
+
+    // Table: (first, offset, parameter) per block, checked before any block
+    // is decoded; offsets gain a sentinel at S.
+    Tensor tab_t;
+    OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_UINT64,
+                                           TensorShape({3 * blocks + 1}), &tab_t));
+    uint64_t* first = tab_t.flat<uint64_t>().data();
+    uint64_t* off = first + blocks;
+    uint64_t* param = off + blocks + 1;
+    BitReader tr(table, stream);
+    for (int64_t b = 0; b < blocks; ++b) {
+      // The table's length was checked against the buffer: these reads succeed.
+      tr.GetWide(layout.w_idx, &first[b]);
+      tr.GetWide(layout.w_off, &off[b]);
+      tr.Get(golomb::kRiceParamBits, &param[b]);
+      const uint64_t count = golomb::BlockCount(h.k, log2_block, b);
+      const uint64_t lowest = b == 0 ? 0 : first[b - 1] + golomb::BlockCount(h.k, log2_block, b - 1);
+      OP_REQUIRES(ctx, param[b] <= golomb::kMaxRiceParam,
+                  Invalid("golomb payload block " + std::to_string(b) + " has Rice parameter " +
+                          std::to_string(param[b]) + " > 56; the payload is corrupt"));
+      OP_REQUIRES(ctx, (b == 0 ? off[b] == 0 : off[b] >= off[b - 1]) && off[b] <= s,
+                  Invalid("golomb payload block " + std::to_string(b) + " starts at stream byte " +
+                          std::to_string(off[b]) + ", outside its predecessor's end .. S=" +
+                          std::to_string(s) + "; the payload is corrupt"));
+      OP_REQUIRES(ctx, first[b] >= lowest && first[b] < h.n && count <= h.n - first[b],
+                  Invalid("golomb payload block " + std::to_string(b) + " starts at index " +
+                          std::to_string(first[b]) + ", which leaves no room for its " +
+                          std::to_string(count) + " indices between the previous block and n=" +
+                          std::to_string(h.n) + "; the payload is corrupt"));
+    }
+    off[blocks] = s;
+    tr.Refill();
+    OP_REQUIRES(ctx, tr.AtPaddedEnd(),
+                Invalid("golomb payload has non-zero padding after its block table; "
+                        "it is corrupt"));
+
+    Tensor* out_t = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({static_cast<int64_t>(h.k)}),
+                                             &out_t));
+    Tidx* out = out_t->flat<Tidx>().data();
+    std::atomic<int64_t> first_bad{blocks};
+    const int64_t block_size = int64_t{1} << log2_block;
+    Pool(ctx)->ParallelFor(blocks, block_size * 10, [&](int64_t begin, int64_t stop) {
+      for (int64_t b = begin; b < stop; ++b) {
+        const uint64_t upper = b + 1 < blocks ? first[b + 1] : h.n;
+        if (!golomb::DecodeBlock(stream + off[b], stream + off[b + 1], first[b],
+                                 static_cast<int>(param[b]),
+                                 golomb::BlockCount(h.k, log2_block, b), upper,
+                                 out + (b << log2_block))) {
+          AtomicMin(&first_bad, b);
+        }
+      }
+    });
+    const int64_t bad = first_bad.load();
+    OP_REQUIRES(ctx, bad == blocks,
+                Invalid("golomb payload block " + std::to_string(bad) + " of " +
+                        std::to_string(blocks) + " is corrupt: its " +
+                        std::to_string(off[bad + 1] - off[bad]) +
+                        " stream bytes do not decode to exactly " +
+                        std::to_string(golomb::BlockCount(h.k, log2_block, bad)) +
+                        " increasing indices below the next block's first index"));
+  }
+};
+
+#define REGISTER_INDEX_CPU(T)                                                         \
+  REGISTER_KERNEL_BUILDER(                                                            \
+      Name("DeepReduce>IndexEncodeInt32").Device(::tensorflow::DEVICE_CPU)           \
+          .TypeConstraint<T>("Tidx"), EncodeInt32Op<T>);                              \
+  REGISTER_KERNEL_BUILDER(                                                            \
+      Name("DeepReduce>IndexEncodeBitmap").Device(::tensorflow::DEVICE_CPU)          \
+          .TypeConstraint<T>("Tidx"), EncodeBitmapOp<T>);                             \
+  REGISTER_KERNEL_BUILDER(                                                            \
+      Name("DeepReduce>IndexEncodeRle").Device(::tensorflow::DEVICE_CPU)             \
+          .TypeConstraint<T>("Tidx"), EncodeRleOp<T>);                                \
+  REGISTER_KERNEL_BUILDER(                                                            \
+      Name("DeepReduce>IndexEncodeGolomb").Device(::tensorflow::DEVICE_CPU)          \
+          .TypeConstraint<T>("Tidx"), EncodeGolombOp<T>);                             \
+  REGISTER_KERNEL_BUILDER(                                                            \
+      Name("DeepReduce>IndexDecodeInt32").Device(::tensorflow::DEVICE_CPU)           \
+          .TypeConstraint<T>("out_idx"), DecodeInt32Op<T>);                           \
+  REGISTER_KERNEL_BUILDER(                                                            \
+      Name("DeepReduce>IndexDecodeBitmap").Device(::tensorflow::DEVICE_CPU)          \
+          .TypeConstraint<T>("out_idx"), DecodeBitmapOp<T>);                          \
+  REGISTER_KERNEL_BUILDER(                                                            \
+      Name("DeepReduce>IndexDecodeRle").Device(::tensorflow::DEVICE_CPU)             \
+          .TypeConstraint<T>("out_idx"), DecodeRleOp<T>);                             \
+  REGISTER_KERNEL_BUILDER(                                                            \
+      Name("DeepReduce>IndexDecodeGolomb").Device(::tensorflow::DEVICE_CPU)          \
+          .TypeConstraint<T>("out_idx"), DecodeGolombOp<T>);
+
+REGISTER_INDEX_CPU(int32_t);
+REGISTER_INDEX_CPU(int64_t);
+#undef REGISTER_INDEX_CPU
+
+}  // namespace
+}  // namespace index
+}  // namespace deepreduce
