@@ -170,10 +170,101 @@ def dexp_part_reference(y):
 
 
 def dexp_eval(coefs, n):
+    """Magnitudes of one part (clamped at 0, as the decoder does)."""
     a, p, b, q = (float(c) for c in coefs)
     x = np.arange(n) / max(n - 1, 1)
-    return a * np.exp(p * x) + b * np.exp(q * x)
+    return np.maximum(a * np.exp(p * x) + b * np.exp(q * x), 0.0)
 
 
-def qsgd_levels(bits):
-    return (1 << bits) - 1
+def dexp_decode_reference(payload):
+    """Decodes a dexp payload in numpy (descending value order)."""
+    buf = bytes(payload)
+    k = parse_header(buf)["k"]
+    (p,) = struct.unpack_from("<Q", buf, 16)
+    pos = struct.unpack_from("<4f", buf, 24)
+    neg = struct.unpack_from("<4f", buf, 40)
+    return np.concatenate([dexp_eval(pos, p), -dexp_eval(neg, k - p)[::-1]]).astype(np.float32)
+
+
+# ---------------------------------------------------------------- QSGD --
+
+M64 = (1 << 64) - 1
+
+
+def mix64(x):
+    """MurmurHash3 fmix64 on a numpy uint64 array (wrapping arithmetic)."""
+    x = np.asarray(x, np.uint64).copy()
+    with np.errstate(over="ignore"):
+        x ^= x >> np.uint64(33)
+        x *= np.uint64(0xff51afd7ed558ccd)
+        x ^= x >> np.uint64(33)
+        x *= np.uint64(0xc4ceb9fe1a85ec53)
+        x ^= x >> np.uint64(33)
+    return x
+
+
+QSGD_SALT = 0x6a09e667f3bcc909
+
+
+def qsgd_code_bits(s):
+    return int(s).bit_length() + 1
+
+
+def qsgd_encode_reference(values, s, bucket, seed):
+    """The exact payload bytes of QsgdEncode."""
+    v = np.asarray(values, np.float32)
+    k = v.size
+    nb = -(-k // bucket)
+    scales = np.zeros(nb, np.float32)
+    for b in range(nb):
+        chunk = v[b * bucket:(b + 1) * bucket]
+        scales[b] = np.max(np.abs(chunk)) if chunk.size else 0
+    seed_mix = mix64(np.uint64((seed & M64) ^ QSGD_SALT))
+    with np.errstate(over="ignore"):
+        h = mix64(np.arange(k, dtype=np.uint64) + seed_mix)
+    u = (h >> np.uint64(11)).astype(np.float64) * (1.0 / 9007199254740992.0)
+    sc = np.repeat(scales, bucket)[:k].astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.where(sc > 0, np.abs(v.astype(np.float64)) / sc * s, 0.0)
+    fl = np.minimum(np.floor(r), s)
+    level = fl + ((fl < s) & (u < r - fl))
+    level = level.astype(np.uint64)
+    w = qsgd_code_bits(s)
+    sign = ((level != 0) & (v < 0)).astype(np.uint64)
+    code = level | (sign << np.uint64(w - 1))
+    bits = ((code[:, None] >> np.arange(w, dtype=np.uint64)) & np.uint64(1)).astype(np.uint8)
+    packed = np.packbits(bits.reshape(-1), bitorder="little")
+    head = HEADER.pack(MAGIC, CODEC_IDS["qsgd"], 1, 0, k) + struct.pack("<II", s, bucket)
+    return np.frombuffer(head + scales.tobytes() + packed.tobytes(), np.uint8)
+
+
+def qsgd_decode_reference(payload):
+    buf = bytes(payload)
+    k = parse_header(buf)["k"]
+    s, bucket = struct.unpack_from("<II", buf, 16)
+    nb = -(-k // bucket)
+    scales = np.frombuffer(buf, np.float32, nb, 24).astype(np.float64)
+    w = qsgd_code_bits(s)
+    bits = np.unpackbits(np.frombuffer(buf, np.uint8, offset=24 + 4 * nb), bitorder="little")
+    bits = bits[:k * w].reshape(k, w).astype(np.uint64)
+    code = (bits << np.arange(w, dtype=np.uint64)).sum(axis=1)
+    level = (code & np.uint64((1 << (w - 1)) - 1)).astype(np.float64)
+    sign = (code >> np.uint64(w - 1)).astype(bool)
+    mag = (np.repeat(scales, bucket)[:k] * level / s).astype(np.float32)
+    return np.where(sign, -mag, mag)
+
+
+def qsgd_expected_sq_error(values, s, bucket):
+    """Per-bucket E||Q(v) - v||^2 = sum frac(r)(1 - frac(r)) (M / s)^2."""
+    v = np.asarray(values, np.float64)
+    out = []
+    for b in range(-(-v.size // bucket)):
+        c = np.abs(v[b * bucket:(b + 1) * bucket])
+        m = c.max()
+        if m == 0:
+            out.append(0.0)
+            continue
+        r = c / m * s
+        f = r - np.floor(r)
+        out.append(float(np.sum(f * (1 - f)) * (m / s) ** 2))
+    return np.array(out)
