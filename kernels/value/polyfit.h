@@ -71,11 +71,12 @@ DR_HOST_DEVICE double ChebEval(const float* c, int deg, double t) {
 // Adds rows [j0, j1) of a segment of length len (values y[j0..j1)) to lsq.
 DR_HOST_DEVICE void AccumulateRows(const float* y, int64_t j0, int64_t j1,
                                    int64_t len, int deg, GivensLsq* lsq) {
-  double row[kMaxCols];
+  BlockedLsq blocked(lsq);
   for (int64_t j = j0; j < j1; ++j) {
-    ChebRow(Abscissa(j, len), deg, row);
-    lsq->AddRow(row, static_cast<double>(y[j - j0]));
+    ChebRow(Abscissa(j, len), deg, blocked.NextRow());
+    blocked.Commit(static_cast<double>(y[j - j0]));
   }
+  blocked.Flush();
 }
 
 // Vertical distance of sorted value y[j] from the chord of segment [lo, hi]

@@ -621,6 +621,7 @@ absl::Status FitPart(const PartView& part, dexp::Coefs* out) {
   // y = A SS + B S + C x + D.
   GivensLsq lsq;
   lsq.Init(4);
+  BlockedLsq rows(&lsq);
   double s = 0.0, ss = 0.0, prev = part.at(0) * inv, prev_s = 0.0;
   for (int64_t j = 0; j < n; ++j) {
     const double yj = part.at(j) * inv;
@@ -628,11 +629,16 @@ absl::Status FitPart(const PartView& part, dexp::Coefs* out) {
       s += 0.5 * (yj + prev) * h;
       ss += 0.5 * (s + prev_s) * h;
     }
-    double row[4] = {ss, s, static_cast<double>(j) * h, 1.0};
-    lsq.AddRow(row, yj);
+    double* row = rows.NextRow();
+    row[0] = ss;
+    row[1] = s;
+    row[2] = static_cast<double>(j) * h;
+    row[3] = 1.0;
+    rows.Commit(yj);
     prev = yj;
     prev_s = s;
   }
+  rows.Flush();
   double abcd[4];
   lsq.Solve(abcd, 1e-12);
   const double disc = abcd[1] * abcd[1] + 4.0 * abcd[0];
@@ -644,11 +650,15 @@ absl::Status FitPart(const PartView& part, dexp::Coefs* out) {
   // (a, b) for fixed float32 p, q.
   GivensLsq ab;
   ab.Init(2);
+  BlockedLsq ab_rows(&ab);
   for (int64_t j = 0; j < n; ++j) {
     const double x = dexp::Abscissa(j, n);
-    double row[2] = {std::exp(static_cast<double>(p) * x), std::exp(static_cast<double>(q) * x)};
-    ab.AddRow(row, part.at(j) * inv);
+    double* row = ab_rows.NextRow();
+    row[0] = std::exp(static_cast<double>(p) * x);
+    row[1] = std::exp(static_cast<double>(q) * x);
+    ab_rows.Commit(part.at(j) * inv);
   }
+  ab_rows.Flush();
   double coef[2];
   ab.Solve(coef, 1e-12);
   const dexp::Coefs cand = {static_cast<float>(coef[0] * ymax), p,
