@@ -82,7 +82,6 @@ def test_contract(run, rng, codec, k):
     assert dec.shape == (k,) and dec.dtype == np.float32
     if codec in value.SORTING_CODECS:
         assert np.all(np.diff(v[perm].astype(np.float64)) <= 0)
-        assert np.all(np.diff(dec.astype(np.float64)[np.sign(dec) == np.sign(v[perm])]) <= 1e9)
     else:
         np.testing.assert_array_equal(perm, np.arange(k))
     if k:

@@ -840,8 +840,13 @@ class QsgdEncodeOp : public OpKernel {
         uint8_t* dst = codes + lo * w / 8;
         uint64_t acc = 0;
         int nbits = 0;
+        int64_t b = lo / bucket, next = (b + 1) * bucket;  // no division per element
+        float scale = GetF32(scales + 4 * b);
         for (int64_t i = lo; i < hi; ++i) {
-          const float scale = GetF32(scales + 4 * (i / bucket));
+          if (i == next) {
+            scale = GetF32(scales + 4 * ++b);
+            next += bucket;
+          }
           acc |= static_cast<uint64_t>(qsgd::Encode(v[i], scale, s, seed_mix,
                                                     static_cast<uint64_t>(i)))
                  << nbits;
@@ -912,7 +917,13 @@ class QsgdDecodeOp : public OpKernel {
         const uint8_t* src = codes + lo * w / 8;
         uint64_t acc = 0;
         int nbits = 0;
+        int64_t b = lo / bucket, next = (b + 1) * static_cast<int64_t>(bucket);
+        float scale = GetF32(scales + 4 * b);
         for (int64_t i = lo; i < hi; ++i) {
+          if (i == next) {
+            scale = GetF32(scales + 4 * ++b);
+            next += bucket;
+          }
           while (nbits < w) {
             acc |= static_cast<uint64_t>(*src++) << nbits;
             nbits += 8;
@@ -920,7 +931,7 @@ class QsgdDecodeOp : public OpKernel {
           const uint32_t code = static_cast<uint32_t>(acc) & mask;
           acc >>= w;
           nbits -= w;
-          if (!qsgd::Decode(code, GetF32(scales + 4 * (i / bucket)), s, &out[i])) {
+          if (!qsgd::Decode(code, scale, s, &out[i])) {
             AtomicMin(&first_bad, i);
             out[i] = 0.0f;
           }
