@@ -1,0 +1,176 @@
+// Op registrations and shape functions of the value codecs. Kernels live in
+// kernels/value/; this file holds no computation. The user-facing
+// documentation is on the Python wrappers (deepreduce_tf/ops/value.py).
+//
+// Every encoder takes a float32 vector of K values and returns one flat uint8
+// payload; polyfit and dexp also return perm (perm[i] = input position of the
+// i-th decoded value). Every decoder takes a payload and returns the K values.
+#include <cstdint>
+
+#include "kernels/value/dexp.h"
+#include "kernels/value/qsgd.h"
+#include "kernels/value/value_format.h"
+#include "tensorflow/core/framework/common_shape_fns.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/shape_inference.h"
+
+namespace deepreduce {
+namespace {
+
+using ::tensorflow::shape_inference::DimensionHandle;
+using ::tensorflow::shape_inference::InferenceContext;
+using ::tensorflow::shape_inference::ShapeHandle;
+
+// values: rank 1. perm (if any) has the shape of values.
+absl::Status EncodeShape(InferenceContext* c, bool with_perm, ShapeHandle* values) {
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 1, values));
+  if (with_perm) c->set_output(1, *values);
+  return absl::OkStatus();
+}
+
+absl::Status UnknownPayload(InferenceContext* c, bool with_perm) {
+  ShapeHandle values;
+  TF_RETURN_IF_ERROR(EncodeShape(c, with_perm, &values));
+  c->set_output(0, c->Vector(InferenceContext::kUnknownDim));
+  return absl::OkStatus();
+}
+
+// Decoders: payload rank 1; K comes from the payload's header.
+absl::Status DecodeShape(InferenceContext* c) {
+  ShapeHandle payload;
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 1, &payload));
+  c->set_output(0, c->Vector(InferenceContext::kUnknownDim));
+  return absl::OkStatus();
+}
+
+// fp16/bf16: the payload is the header plus 2 bytes per value, both ways.
+absl::Status HalfEncodeShape(InferenceContext* c) {
+  ShapeHandle values;
+  TF_RETURN_IF_ERROR(EncodeShape(c, false, &values));
+  DimensionHandle k = c->Dim(values, 0);
+  c->set_output(0, c->Vector(c->ValueKnown(k)
+                                 ? value::kHeaderBytes + 2 * c->Value(k)
+                                 : InferenceContext::kUnknownDim));
+  return absl::OkStatus();
+}
+
+absl::Status HalfDecodeShape(InferenceContext* c) {
+  ShapeHandle payload;
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 1, &payload));
+  DimensionHandle n = c->Dim(payload, 0);
+  if (c->ValueKnown(n) && c->Value(n) >= value::kHeaderBytes &&
+      (c->Value(n) - value::kHeaderBytes) % 2 == 0) {
+    c->set_output(0, c->Vector((c->Value(n) - value::kHeaderBytes) / 2));
+  } else {
+    // A malformed size is left to the kernel, which names the problem.
+    c->set_output(0, c->Vector(InferenceContext::kUnknownDim));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+REGISTER_OP("DeepReduce>PolyfitEncode")
+    .Input("values: float")
+    .Output("payload: uint8")
+    .Output("perm: out_idx")
+    .Attr("degree: int = 5")
+    .Attr("segmentation: {'greedy', 'geometric'} = 'greedy'")
+    .Attr("segments: int = 0")
+    .Attr("out_idx: {int32, int64} = DT_INT64")
+    .SetShapeFn([](InferenceContext* c) { return UnknownPayload(c, true); });
+
+REGISTER_OP("DeepReduce>PolyfitDecode")
+    .Input("payload: uint8")
+    .Output("values: float")
+    .Attr("max_values: int = 268435456")
+    .SetShapeFn(DecodeShape);
+
+REGISTER_OP("DeepReduce>DexpEncode")
+    .Input("values: float")
+    .Output("payload: uint8")
+    .Output("perm: out_idx")
+    .Attr("out_idx: {int32, int64} = DT_INT64")
+    .SetShapeFn([](InferenceContext* c) -> absl::Status {
+      ShapeHandle values;
+      TF_RETURN_IF_ERROR(EncodeShape(c, true, &values));
+      c->set_output(0, c->Vector(value::dexp::kPayloadBytes));
+      return absl::OkStatus();
+    });
+
+REGISTER_OP("DeepReduce>DexpDecode")
+    .Input("payload: uint8")
+    .Output("values: float")
+    .Attr("max_values: int = 268435456")
+    .SetShapeFn([](InferenceContext* c) -> absl::Status {
+      ShapeHandle payload;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 1, &payload));
+      DimensionHandle unused;
+      TF_RETURN_IF_ERROR(c->WithValue(c->Dim(payload, 0), value::dexp::kPayloadBytes, &unused));
+      c->set_output(0, c->Vector(InferenceContext::kUnknownDim));
+      return absl::OkStatus();
+    });
+
+REGISTER_OP("DeepReduce>QsgdEncode")
+    .Input("values: float")
+    .Input("seed: int64")
+    .Output("payload: uint8")
+    .Attr("levels: int = 127")
+    .Attr("bucket_size: int = 512")
+    .SetShapeFn([](InferenceContext* c) -> absl::Status {
+      ShapeHandle values, seed;
+      TF_RETURN_IF_ERROR(EncodeShape(c, false, &values));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 0, &seed));
+      int64_t levels, bucket;
+      TF_RETURN_IF_ERROR(c->GetAttr("levels", &levels));
+      TF_RETURN_IF_ERROR(c->GetAttr("bucket_size", &bucket));
+      DimensionHandle k = c->Dim(values, 0);
+      if (c->ValueKnown(k) && levels >= 1 && levels <= value::qsgd::kMaxLevels &&
+          bucket >= 1) {
+        const int64_t kk = c->Value(k);
+        const int64_t w = value::qsgd::CodeBits(static_cast<uint32_t>(levels));
+        c->set_output(0, c->Vector(value::qsgd::kFixedBytes + 4 * ((kk + bucket - 1) / bucket) +
+                                   (kk * w + 7) / 8));
+      } else {
+        c->set_output(0, c->Vector(InferenceContext::kUnknownDim));
+      }
+      return absl::OkStatus();
+    });
+
+REGISTER_OP("DeepReduce>QsgdDecode")
+    .Input("payload: uint8")
+    .Output("values: float")
+    .SetShapeFn(DecodeShape);
+
+REGISTER_OP("DeepReduce>Fp16Encode")
+    .Input("values: float")
+    .Output("payload: uint8")
+    .SetShapeFn(HalfEncodeShape);
+
+REGISTER_OP("DeepReduce>Fp16Decode")
+    .Input("payload: uint8")
+    .Output("values: float")
+    .SetShapeFn(HalfDecodeShape);
+
+REGISTER_OP("DeepReduce>Bf16Encode")
+    .Input("values: float")
+    .Output("payload: uint8")
+    .SetShapeFn(HalfEncodeShape);
+
+REGISTER_OP("DeepReduce>Bf16Decode")
+    .Input("payload: uint8")
+    .Output("values: float")
+    .SetShapeFn(HalfDecodeShape);
+
+REGISTER_OP("DeepReduce>DeflateEncode")
+    .Input("values: float")
+    .Output("payload: uint8")
+    .Attr("level: int = 6")
+    .SetShapeFn([](InferenceContext* c) { return UnknownPayload(c, false); });
+
+REGISTER_OP("DeepReduce>DeflateDecode")
+    .Input("payload: uint8")
+    .Output("values: float")
+    .SetShapeFn(DecodeShape);
+
+}  // namespace deepreduce

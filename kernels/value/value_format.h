@@ -1,0 +1,102 @@
+// Wire format shared by every value codec (CPU and CUDA code; no TF headers).
+//
+// A payload is ONE flat uint8 vector, little-endian throughout:
+//
+//   offset  size  field
+//   0       2     magic "DV"
+//   2       1     codec id (kCodec* below)
+//   3       1     format version of that codec (kFormatVersion)
+//   4       4     flags, must be 0 (reserved)
+//   8       8     K, the number of values (uint64)
+//   16      ...   codec-specific fixed fields and sections (see each codec's
+//                 header: polyfit.h, dexp.h, qsgd.h, halfcast.h, and
+//                 value_kernels.cc for deflate)
+//
+// Every decoder recomputes the exact payload size from the header fields and
+// requires it to equal the buffer size, so truncated or extended payloads are
+// rejected before any section is read.
+#ifndef DEEPREDUCE_KERNELS_VALUE_VALUE_FORMAT_H_
+#define DEEPREDUCE_KERNELS_VALUE_VALUE_FORMAT_H_
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/common/platform.h"
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the value-codec wire format is written with memcpy on little-endian hosts only"
+#endif
+
+namespace deepreduce {
+namespace value {
+
+constexpr uint8_t kMagic0 = 'D';
+constexpr uint8_t kMagic1 = 'V';
+constexpr uint8_t kFormatVersion = 1;
+constexpr int64_t kHeaderBytes = 16;
+
+enum CodecId : uint8_t {
+  kCodecPolyfit = 1,
+  kCodecDexp = 2,
+  kCodecQsgd = 3,
+  kCodecFp16 = 4,
+  kCodecBf16 = 5,
+  kCodecDeflate = 6,
+};
+
+inline const char* CodecName(uint8_t id) {
+  switch (id) {
+    case kCodecPolyfit: return "polyfit";
+    case kCodecDexp: return "dexp";
+    case kCodecQsgd: return "qsgd";
+    case kCodecFp16: return "fp16";
+    case kCodecBf16: return "bf16";
+    case kCodecDeflate: return "deflate";
+    default: return "unknown";
+  }
+}
+
+// Largest K any payload may claim (2^48 values, 1 PiB of float32): keeps all
+// size arithmetic below far from uint64 overflow.
+constexpr uint64_t kMaxWireValues = uint64_t{1} << 48;
+
+DR_HOST_DEVICE void PutU8(uint8_t* p, uint8_t v) { p[0] = v; }
+DR_HOST_DEVICE void PutU16(uint8_t* p, uint16_t v) { memcpy(p, &v, 2); }
+DR_HOST_DEVICE void PutU32(uint8_t* p, uint32_t v) { memcpy(p, &v, 4); }
+DR_HOST_DEVICE void PutU64(uint8_t* p, uint64_t v) { memcpy(p, &v, 8); }
+DR_HOST_DEVICE void PutF32(uint8_t* p, float v) { memcpy(p, &v, 4); }
+DR_HOST_DEVICE uint16_t GetU16(const uint8_t* p) { uint16_t v; memcpy(&v, p, 2); return v; }
+DR_HOST_DEVICE uint32_t GetU32(const uint8_t* p) { uint32_t v; memcpy(&v, p, 4); return v; }
+DR_HOST_DEVICE uint64_t GetU64(const uint8_t* p) { uint64_t v; memcpy(&v, p, 8); return v; }
+DR_HOST_DEVICE float GetF32(const uint8_t* p) { float v; memcpy(&v, p, 4); return v; }
+
+DR_HOST_DEVICE void WriteHeader(uint8_t* p, uint8_t codec, uint64_t k) {
+  p[0] = kMagic0;
+  p[1] = kMagic1;
+  p[2] = codec;
+  p[3] = kFormatVersion;
+  PutU32(p + 4, 0);
+  PutU64(p + 8, k);
+}
+
+// Finite test by bits: identical on host and device, immune to fast-math.
+DR_HOST_DEVICE bool IsFinite(float v) {
+  uint32_t u;
+  memcpy(&u, &v, 4);
+  return (u & 0x7f800000u) != 0x7f800000u;
+}
+
+// Order key of the descending signed sort used by polyfit and dexp: ascending
+// keys are descending values; -0.0 sorts as +0.0. Inputs are finite.
+DR_HOST_DEVICE uint32_t DescendingKey(float v) {
+  uint32_t u;
+  if (v == 0.0f) v = 0.0f;
+  memcpy(&u, &v, 4);
+  const uint32_t asc = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+  return ~asc;
+}
+
+}  // namespace value
+}  // namespace deepreduce
+
+#endif  // DEEPREDUCE_KERNELS_VALUE_VALUE_FORMAT_H_
