@@ -33,8 +33,18 @@ GPU_OPS = {
     PREFIX + "BloomFilterQuery": {"universe_size", "filter_bits", "filter_hashes"},
 }
 # Ops that are CPU-only by design: Select works on the ~K positives with a
-# sequential greedy (conflict_sets); BuildInfo returns a string.
-CPU_ONLY_OPS = {PREFIX + "BloomFilterSelect", PREFIX + "BuildInfo"}
+# sequential greedy (conflict_sets); BuildInfo returns a string; Deflate is zlib.
+CPU_ONLY_OPS = {PREFIX + "BloomFilterSelect", PREFIX + "BuildInfo",
+                PREFIX + "DeflateEncode", PREFIX + "DeflateDecode"}
+# Ops whose CUDA kernels are not written yet (issue 3 is open): they run on the
+# CPU only for now. Moving an op from here to GPU_OPS is what this test tracks.
+CUDA_PENDING_OPS = {
+    PREFIX + f"Index{step}{codec}"
+    for step in ("Encode", "Decode") for codec in ("Int32", "Bitmap", "Rle", "Golomb")
+} | {
+    PREFIX + f"{codec}{step}"
+    for step in ("Encode", "Decode") for codec in ("Polyfit", "Dexp", "Qsgd", "Fp16", "Bf16")
+}
 INDEX_DTYPES = (tf.int32, tf.int64)
 
 
@@ -106,10 +116,10 @@ requires_gpu = pytest.mark.usefixtures("gpu")
 
 
 def test_the_expected_ops_are_registered():
-    assert set(registered_ops()) == set(GPU_OPS) | CPU_ONLY_OPS
+    assert set(registered_ops()) == set(GPU_OPS) | CPU_ONLY_OPS | CUDA_PENDING_OPS
 
 
-@pytest.mark.parametrize("op_name", sorted(set(GPU_OPS) | CPU_ONLY_OPS))
+@pytest.mark.parametrize("op_name", sorted(set(GPU_OPS) | CPU_ONLY_OPS | CUDA_PENDING_OPS))
 def test_every_op_has_a_cpu_kernel_for_every_dtype(op_name):
     op_def = registered_ops()[op_name]
     for bindings in type_bindings(op_def):
