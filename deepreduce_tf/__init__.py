@@ -5,6 +5,7 @@ library; the first op call (or cuda_built(), build_info()) does.
 """
 from deepreduce_tf._version import __version__
 from deepreduce_tf.ops import bloom
+from deepreduce_tf.ops import sparsify
 from deepreduce_tf.ops._loader import OpLibraryError, build_info
 
 
@@ -19,4 +20,4 @@ def built_tf_version():
 
 
 __all__ = ["__version__", "bloom", "build_info", "built_tf_version",
-           "cuda_built", "OpLibraryError"]
+           "cuda_built", "OpLibraryError", "sparsify"]
