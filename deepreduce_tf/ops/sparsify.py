@@ -115,6 +115,13 @@ def threshold(x, t, out_idx=tf.int64, name=None):
     static = tf.get_static_value(t)
     if static is not None and not float(static) >= 0.0:
         raise _invalid(f"threshold must be a non-negative number (not NaN), got {static}")
+    if static is None and t.dtype != x.dtype:
+        # The kernel checks t after the cast, where it may have become -0.0.
+        check = tf.debugging.Assert(
+            t >= tf.zeros([], t.dtype),
+            ["threshold must be a non-negative number (not NaN), got", t])
+        with tf.control_dependencies([check]):
+            t = tf.identity(t)
     return _loader.load().deep_reduce_threshold_select(
         x, tf.cast(t, x.dtype), out_idx=_check_out_idx(out_idx), name=name)
 
