@@ -146,6 +146,36 @@ def test_top_k_many_blocks(dtype, kind, rng):
         assert_selection(to_np(sparsify.top_k(xt, k)), ref.top_k(x, k))
 
 
+SAMPLED_N = 300_007  # >= 2^18: the sampled-bounds path (kSampleMinN)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_top_k_large_sampled_path(dtype, kind, rng):
+    """n large enough for the sampled-bounds path; tie-heavy kinds make it
+    fall back to the exact radix path, which must give the same answer."""
+    x = make(kind, SAMPLED_N, dtype, rng)
+    xt = tf.constant(x)
+    for k in [1, 3001, SAMPLED_N // 10, SAMPLED_N // 2, SAMPLED_N - 2]:
+        assert_selection(to_np(sparsify.top_k(xt, k)), ref.top_k(x, k))
+
+
+def test_top_k_unrepresentative_sample_falls_back(rng):
+    """Large values only outside the sampled chunks (the kernel samples 512
+    evenly spaced chunks of 128): the sampled bounds miss, the exact path
+    answers."""
+    n = SAMPLED_N
+    sampled = np.zeros(n, bool)
+    for c in range(512):
+        start = c * (n - 128) // 511
+        sampled[start:start + 128] = True
+    x = (rng.standard_normal(n) * 1e-3).astype(np.float32)
+    outside = np.flatnonzero(~sampled)
+    big = rng.choice(outside, 5000, replace=False)
+    x[big] = rng.standard_normal(5000).astype(np.float32) * 100 + 1000
+    for k in [100, 4999, 5000, 5001, 20000]:
+        assert_selection(to_np(sparsify.top_k(x, k)), ref.top_k(x, k))
+
+
 def to_np(out):
     return tf.nest.map_structure(lambda t: t.numpy(), out)
 
@@ -272,7 +302,7 @@ def test_threshold_shapes_and_int32(run, rng):
 # random_k.
 
 
-@pytest.mark.parametrize("n", [1, 10, 1000, 3 * BLOCK + 5])
+@pytest.mark.parametrize("n", [1, 10, 1000, 3 * BLOCK + 5, SAMPLED_N])
 def test_random_k_matches_reference(run, n, rng):
     x = rng.standard_normal(n).astype(np.float32)
     for k in k_values(n):

@@ -17,6 +17,7 @@
 // does not depend on the number of threads or on how the blocks are shared.
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -125,6 +126,44 @@ absl::Status CheckK(int64_t k, int64_t n) {
   return absl::OkStatus();
 }
 
+// 64 bytes of 0/1 -> 64 bits (bit t = byte t). The multiplication moves bit
+// 0 of each of 8 bytes into the top byte without carries.
+inline uint64_t PackBytes(const uint8_t* bytes) {
+  uint64_t word = 0;
+  for (int g = 0; g < 8; ++g) {
+    uint64_t v;
+    std::memcpy(&v, bytes + 8 * g, 8);
+    word |= ((v * 0x0102040810204080ULL) >> 56) << (8 * g);
+  }
+  return word;
+}
+
+// For the keys of positions [w0, w0 + len), len <= 64: the bitmap of
+// key >= lo and the bitmap of key > hi. Written as byte loops over a fixed
+// 64 so that the compiler vectorises the key computation and the compares.
+template <typename Keys>
+inline void MarkWord(const Keys& keys, int64_t w0, int len, typename Keys::U lo,
+                     typename Keys::U hi, uint64_t* ge_lo, uint64_t* gt_hi) {
+  using U = typename Keys::U;
+  alignas(64) uint8_t ge[64];
+  alignas(64) uint8_t gt[64];
+  if (len == 64) {
+    for (int t = 0; t < 64; ++t) {
+      const U key = keys(w0 + t);
+      ge[t] = key >= lo;
+      gt[t] = key > hi;
+    }
+  } else {
+    for (int t = 0; t < 64; ++t) {
+      const U key = t < len ? keys(w0 + t) : U{0};
+      ge[t] = t < len && key >= lo;
+      gt[t] = t < len && key > hi;
+    }
+  }
+  *ge_lo = PackBytes(ge);
+  *gt_hi = PackBytes(gt);
+}
+
 // Adds fn's counts of work units [0, num_units) into `merged` (num_buckets
 // uint32, zeroed here). fn(begin, end, hist) adds units [begin, end) to hist.
 // Each pool worker owns one histogram, zeroed on first use.
@@ -178,6 +217,62 @@ void FindBucket(const uint32_t* hist, int64_t num_buckets, int64_t need,
   *above = acc;
 }
 
+// Radix select over a candidate array: finds the need-th largest key among
+// the candidates that share the digits above `level` with *prefix (all of
+// them when level == 0). On return *prefix is that key and *need the number
+// of candidates equal to it that are taken (the lowest-index ones).
+template <typename U>
+absl::Status RefineKthKey(OpKernelContext* ctx, const RadixPlan& plan, const U* cand,
+                          int64_t count, int level, U* prefix, int64_t* need) {
+  Tensor hist_t;
+  TF_RETURN_IF_ERROR(ctx->allocate_temp(
+      tensorflow::DT_UINT32, TensorShape({int64_t{1} << kLevelBits}), &hist_t));
+  uint32_t* hist = hist_t.flat<uint32_t>().data();
+  const int64_t num_chunks = (count + kBlock - 1) / kBlock;
+  for (; level < plan.num_levels; ++level) {
+    const int64_t num_buckets = int64_t{1} << plan.DigitBits(level);
+    const U p = *prefix;
+    TF_RETURN_IF_ERROR(ParallelHistogram(
+        ctx, num_chunks, kBlock * 2, num_buckets,
+        [&](int64_t begin, int64_t end, uint32_t* h) {
+          const int64_t hi = std::min(count, end * kBlock);
+          for (int64_t j = begin * kBlock; j < hi; ++j) {
+            const U key = cand[j];
+            if (HasPrefix(plan, level, key, p)) ++h[Digit(plan, level, key)];
+          }
+        },
+        hist));
+    uint32_t digit;
+    int64_t above_digit;
+    FindBucket(hist, num_buckets, *need, &digit, &above_digit);
+    *need -= above_digit;
+    *prefix = level == 0 ? static_cast<U>(digit)
+                         : static_cast<U>((p << plan.DigitBits(level)) | digit);
+  }
+  return absl::OkStatus();
+}
+
+// Per-block output offsets ([3]) from the counts above T ([0]) and equal to
+// T ([1]), and how many of the block's keys equal to T are taken ([4]): the
+// first `need_eq` of them in index order.
+absl::Status AssignOffsets(int64_t* blk, int64_t num_blocks, int64_t need_eq,
+                           int64_t k) {
+  int64_t offset = 0, eq_before = 0;
+  for (int64_t b = 0; b < num_blocks; ++b) {
+    int64_t* r = blk + 5 * b;
+    const int64_t take_eq = std::max<int64_t>(0, std::min(r[1], need_eq - eq_before));
+    eq_before += r[1];
+    r[3] = offset;
+    r[4] = take_eq;
+    offset += r[0] + take_eq;
+  }
+  if (offset != k) {
+    return absl::InternalError("top-k selection counted " + std::to_string(offset) +
+                               " elements instead of k=" + std::to_string(k));
+  }
+  return absl::OkStatus();
+}
+
 // Writes positions [0, n) and all values (k == n).
 template <typename T, typename Tidx>
 void SelectAll(OpKernelContext* ctx, int64_t n, const T* x, Tidx* out_idx,
@@ -193,9 +288,10 @@ void SelectAll(OpKernelContext* ctx, int64_t n, const T* x, Tidx* out_idx,
 
 // Selects the k largest keys of positions [0, n) (ties: lower index first)
 // and writes their positions in ascending order to out_idx and x at those
-// positions to out_val (both of length k). 0 < k < n.
+// positions to out_val (both of length k). 0 < k < n. The exact radix select
+// of the file comment, for any input.
 template <typename Keys, typename T, typename Tidx>
-absl::Status SelectLargest(OpKernelContext* ctx, const Keys& keys, int64_t n,
+absl::Status SelectLargestExact(OpKernelContext* ctx, const Keys& keys, int64_t n,
                            int64_t k, const T* x, Tidx* out_idx, T* out_val) {
   using U = typename Keys::U;
   ThreadPool* pool = Pool(ctx);
@@ -270,26 +366,8 @@ absl::Status SelectLargest(OpKernelContext* ctx, const Keys& keys, int64_t n,
   int64_t need = k - above;  // keys still to take from the current prefix
   U threshold = static_cast<U>(bucket0);
   if (refine) {
-    for (int level = 1; level < plan.num_levels; ++level) {
-      const int64_t num_buckets = int64_t{1} << plan.DigitBits(level);
-      const U prefix = threshold;
-      const int64_t num_chunks = (in_bucket + kBlock - 1) / kBlock;
-      TF_RETURN_IF_ERROR(ParallelHistogram(
-          ctx, num_chunks, kBlock * 2, num_buckets,
-          [&](int64_t begin, int64_t end, uint32_t* h) {
-            const int64_t hi = std::min(in_bucket, end * kBlock);
-            for (int64_t j = begin * kBlock; j < hi; ++j) {
-              const U key = cand[j];
-              if (HasPrefix(plan, level, key, prefix)) ++h[Digit(plan, level, key)];
-            }
-          },
-          hist));
-      uint32_t digit;
-      int64_t above_digit;
-      FindBucket(hist, num_buckets, need, &digit, &above_digit);
-      need -= above_digit;
-      threshold = static_cast<U>((prefix << plan.DigitBits(level)) | digit);
-    }
+    TF_RETURN_IF_ERROR(RefineKthKey(ctx, plan, cand, in_bucket, /*level=*/1,
+                                    &threshold, &need));
     // Exact counts per block from its candidate run.
     pool->ParallelFor(
         num_blocks, ThreadPool::SchedulingParams::Adaptive(64),
@@ -308,21 +386,7 @@ absl::Status SelectLargest(OpKernelContext* ctx, const Keys& keys, int64_t n,
         });
   }
 
-  // Output offsets, and which keys equal to T are taken: the first `need`
-  // of them in index order.
-  int64_t offset = 0, eq_before = 0;
-  for (int64_t b = 0; b < num_blocks; ++b) {
-    int64_t* r = blk + 5 * b;
-    const int64_t take_eq = std::max<int64_t>(0, std::min(r[1], need - eq_before));
-    eq_before += r[1];
-    r[3] = offset;
-    r[4] = take_eq;
-    offset += r[0] + take_eq;
-  }
-  if (offset != k) {
-    return absl::InternalError("top-k selection counted " + std::to_string(offset) +
-                               " elements instead of k=" + std::to_string(k));
-  }
+  TF_RETURN_IF_ERROR(AssignOffsets(blk, num_blocks, need, k));
 
   // Pass 3: write positions and values in ascending order.
   pool->ParallelFor(
@@ -351,6 +415,190 @@ absl::Status SelectLargest(OpKernelContext* ctx, const Keys& keys, int64_t n,
         }
       });
   return absl::OkStatus();
+}
+
+// Sampled bounds (sample select): from a sample of the keys, two keys lo <= hi
+// are chosen so that, with high probability, fewer than k keys exceed hi and
+// at least k are >= lo. One streaming pass then counts the keys above hi per
+// block, marks every key >= lo in a bitmap (one bit per position) and copies
+// the keys in [lo, hi] (the candidates, a few per cent of n at most) block by
+// block; the exact k-th key is found among the candidates; and the output is
+// written from the bitmap, reading x only at marked positions. One full pass
+// over x instead of three. If the bounds were wrong (the sample was
+// unrepresentative, or a huge group of equal keys lies between them) nothing
+// has been written and *done is false: the caller runs the exact path.
+constexpr int64_t kSampleMinN = int64_t{1} << 18;
+constexpr int64_t kSampleChunks = 512;
+constexpr int64_t kSampleChunkLen = 128;  // sample size 65536
+
+template <typename Keys, typename T, typename Tidx>
+absl::Status SelectLargestSampled(OpKernelContext* ctx, const Keys& keys, int64_t n,
+                                  int64_t k, const T* x, Tidx* out_idx, T* out_val,
+                                  bool* done) {
+  using U = typename Keys::U;
+  *done = false;
+  ThreadPool* pool = Pool(ctx);
+  const RadixPlan plan = MakeRadixPlan(keys.KeyBits());
+  constexpr int64_t S = kSampleChunks * kSampleChunkLen;
+
+  // Sample: evenly spaced contiguous chunks (cheap to read, and gradients
+  // are laid out layer by layer, so every part of the tensor is represented).
+  Tensor sample_t;
+  TF_RETURN_IF_ERROR(
+      ctx->allocate_temp(DataTypeToEnum<U>::v(), TensorShape({S}), &sample_t));
+  U* sample = sample_t.flat<U>().data();
+  pool->ParallelFor(kSampleChunks, ThreadPool::SchedulingParams::Adaptive(kSampleChunkLen * 4),
+                    [&](int64_t begin, int64_t end) {
+                      for (int64_t c = begin; c < end; ++c) {
+                        const int64_t start = c * (n - kSampleChunkLen) / (kSampleChunks - 1);
+                        for (int64_t j = 0; j < kSampleChunkLen; ++j) {
+                          sample[c * kSampleChunkLen + j] = keys(start + j);
+                        }
+                      }
+                    });
+  // Expected number of sample keys above the k-th largest key, and a margin
+  // of 5 binomial standard deviations (+8) on each side.
+  const double r = static_cast<double>(k) * S / static_cast<double>(n);
+  const double margin = 5.0 * std::sqrt(r * (1.0 - r / S)) + 8.0;
+  const int64_t hi_rank = static_cast<int64_t>(std::floor(r - margin));
+  const int64_t lo_rank = static_cast<int64_t>(std::ceil(r + margin));
+  U hi = std::numeric_limits<U>::max();
+  U lo = 0;
+  auto by_desc = [](U a, U b) { return a > b; };
+  if (hi_rank >= 0) {
+    std::nth_element(sample, sample + hi_rank, sample + S, by_desc);
+    hi = sample[hi_rank];
+  }
+  if (lo_rank < S) {
+    std::nth_element(sample, sample + lo_rank, sample + S, by_desc);
+    lo = sample[lo_rank];
+  }
+  // Room for the candidates: twice their expected number, at least 2^16.
+  const int64_t expected_cand =
+      static_cast<int64_t>(static_cast<double>(n) * (lo_rank - hi_rank + 1) / S);
+  const int64_t cap = std::min<int64_t>(n, 2 * expected_cand + (int64_t{1} << 16));
+
+  const int64_t num_blocks = (n + kBlock - 1) / kBlock;
+  constexpr int64_t kWordsPerBlock = kBlock / 64;
+  const int64_t num_words = (n + 63) / 64;
+  Tensor blk_t, mark_t, cand_t;
+  // Per block: [0] keys above T (first: above hi), [1] candidates equal to T
+  // (first: all its candidates), [2] start of its candidates, [3] output
+  // offset, [4] how many of its keys equal to T are taken.
+  TF_RETURN_IF_ERROR(ctx->allocate_temp(tensorflow::DT_INT64,
+                                        TensorShape({num_blocks * 5}), &blk_t));
+  TF_RETURN_IF_ERROR(ctx->allocate_temp(tensorflow::DT_UINT64,
+                                        TensorShape({num_words}), &mark_t));
+  TF_RETURN_IF_ERROR(ctx->allocate_temp(DataTypeToEnum<U>::v(), TensorShape({cap}),
+                                        &cand_t));
+  int64_t* blk = blk_t.flat<int64_t>().data();
+  uint64_t* mark = mark_t.flat<uint64_t>().data();
+  U* cand = cand_t.flat<U>().data();
+  std::atomic<int64_t> cursor{0};
+
+  // The one full pass.
+  pool->ParallelFor(
+      num_blocks, ThreadPool::SchedulingParams::Adaptive(kBlock * 4),
+      [&](int64_t begin, int64_t end) {
+        for (int64_t b = begin; b < end; ++b) {
+          const int64_t lo_i = b * kBlock;
+          const int64_t hi_i = std::min(n, lo_i + kBlock);
+          int64_t above = 0, marked = 0;
+          uint64_t* m = mark + b * kWordsPerBlock;
+          for (int64_t w0 = lo_i; w0 < hi_i; w0 += 64) {
+            const int len = static_cast<int>(std::min<int64_t>(64, hi_i - w0));
+            uint64_t word, gt_word;
+            MarkWord(keys, w0, len, lo, hi, &word, &gt_word);
+            above += __builtin_popcountll(gt_word);
+            marked += __builtin_popcountll(word);
+            m[(w0 - lo_i) >> 6] = word;
+          }
+          int64_t* r = blk + 5 * b;
+          const int64_t nc = marked - above;
+          r[0] = above;
+          r[1] = nc;
+          r[2] = 0;
+          if (nc == 0) continue;
+          const int64_t start = cursor.fetch_add(nc, std::memory_order_relaxed);
+          if (start + nc > cap) continue;  // overflow: detected below
+          r[2] = start;
+          U* c = cand + start;
+          for (int64_t w = 0; lo_i + 64 * w < hi_i; ++w) {
+            uint64_t word = m[w];
+            while (word) {
+              const U key = keys(lo_i + 64 * w + __builtin_ctzll(word));
+              word &= word - 1;
+              if (key <= hi) *c++ = key;
+            }
+          }
+        }
+      });
+  const int64_t num_cand = cursor.load();
+  int64_t above_total = 0;
+  for (int64_t b = 0; b < num_blocks; ++b) above_total += blk[5 * b];
+  if (num_cand > cap || above_total >= k || above_total + num_cand < k) {
+    return absl::OkStatus();  // bounds missed: *done stays false
+  }
+
+  U threshold = 0;
+  int64_t need = k - above_total;
+  TF_RETURN_IF_ERROR(RefineKthKey(ctx, plan, cand, num_cand, /*level=*/0,
+                                  &threshold, &need));
+  pool->ParallelFor(num_blocks, ThreadPool::SchedulingParams::Adaptive(64),
+                    [&](int64_t begin, int64_t end) {
+                      for (int64_t b = begin; b < end; ++b) {
+                        int64_t* r = blk + 5 * b;
+                        const U* c = cand + r[2];
+                        int64_t gt = 0, eq = 0;
+                        for (int64_t j = 0; j < r[1]; ++j) {
+                          gt += c[j] > threshold;
+                          eq += c[j] == threshold;
+                        }
+                        r[0] += gt;
+                        r[1] = eq;
+                      }
+                    });
+  TF_RETURN_IF_ERROR(AssignOffsets(blk, num_blocks, need, k));
+
+  // Output from the bitmap: x is read only at marked positions (>= lo).
+  pool->ParallelFor(
+      num_blocks, ThreadPool::SchedulingParams::Adaptive(kBlock / 4),
+      [&](int64_t begin, int64_t end) {
+        for (int64_t b = begin; b < end; ++b) {
+          const int64_t* r = blk + 5 * b;
+          int64_t o = r[3];
+          int64_t take_eq = r[4];
+          const int64_t lo_i = b * kBlock;
+          const int64_t hi_i = std::min(n, lo_i + kBlock);
+          const uint64_t* m = mark + b * kWordsPerBlock;
+          for (int64_t w = 0; lo_i + 64 * w < hi_i; ++w) {
+            uint64_t word = m[w];
+            while (word) {
+              const int64_t i = lo_i + 64 * w + __builtin_ctzll(word);
+              word &= word - 1;
+              const U key = keys(i);
+              if (key > threshold || (key == threshold && take_eq-- > 0)) {
+                out_idx[o] = static_cast<Tidx>(i);
+                out_val[o] = x[i];
+                ++o;
+              }
+            }
+          }
+        }
+      });
+  *done = true;
+  return absl::OkStatus();
+}
+
+template <typename Keys, typename T, typename Tidx>
+absl::Status SelectLargest(OpKernelContext* ctx, const Keys& keys, int64_t n,
+                           int64_t k, const T* x, Tidx* out_idx, T* out_val) {
+  if (n >= kSampleMinN) {
+    bool done;
+    TF_RETURN_IF_ERROR(SelectLargestSampled(ctx, keys, n, k, x, out_idx, out_val, &done));
+    if (done) return absl::OkStatus();
+  }
+  return SelectLargestExact(ctx, keys, n, k, x, out_idx, out_val);
 }
 
 template <typename T, typename Tidx>
@@ -436,21 +684,37 @@ class ThresholdSelectOp : public OpKernel {
     const MagnitudeKeys<F> keys{reinterpret_cast<const U*>(x_t.flat<T>().data())};
     const T* x = x_t.flat<T>().data();
 
+    // Pass 1 marks the selected positions in a bitmap and counts them per
+    // block; pass 2 writes them from the bitmap, reading x only there.
     const int64_t num_blocks = (n + kBlock - 1) / kBlock;
-    Tensor off_t;
+    constexpr int64_t kWordsPerBlock = kBlock / 64;
+    Tensor off_t, mark_t;
     OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_INT64,
                                            TensorShape({num_blocks}), &off_t));
+    OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_UINT64,
+                                           TensorShape({(n + 63) / 64}), &mark_t));
     int64_t* off = off_t.flat<int64_t>().data();
+    uint64_t* mark = mark_t.flat<uint64_t>().data();
     ThreadPool* pool = Pool(ctx);
-    pool->ParallelFor(num_blocks, ThreadPool::SchedulingParams::Adaptive(kBlock * 2),
-                      [&](int64_t begin, int64_t end) {
-                        for (int64_t b = begin; b < end; ++b) {
-                          const int64_t hi = std::min(n, (b + 1) * kBlock);
-                          int64_t c = 0;
-                          for (int64_t i = b * kBlock; i < hi; ++i) c += keys(i) >= t_key;
-                          off[b] = c;
-                        }
-                      });
+    pool->ParallelFor(
+        num_blocks, ThreadPool::SchedulingParams::Adaptive(kBlock * 2),
+        [&](int64_t begin, int64_t end) {
+          for (int64_t b = begin; b < end; ++b) {
+            const int64_t lo = b * kBlock;
+            const int64_t hi = std::min(n, lo + kBlock);
+            uint64_t* m = mark + b * kWordsPerBlock;
+            int64_t c = 0;
+            for (int64_t w0 = lo; w0 < hi; w0 += 64) {
+              const int len = static_cast<int>(std::min<int64_t>(64, hi - w0));
+              uint64_t word, unused;
+              MarkWord(keys, w0, len, t_key, std::numeric_limits<U>::max(), &word,
+                       &unused);
+              c += __builtin_popcountll(word);
+              m[(w0 - lo) >> 6] = word;
+            }
+            off[b] = c;
+          }
+        });
     int64_t total = 0;
     for (int64_t b = 0; b < num_blocks; ++b) {
       const int64_t c = off[b];
@@ -463,22 +727,26 @@ class ThresholdSelectOp : public OpKernel {
     if (total == 0) return;
     Tidx* out_idx = idx_t->flat<Tidx>().data();
     T* out_val = val_t->flat<T>().data();
-    pool->ParallelFor(num_blocks, ThreadPool::SchedulingParams::Adaptive(kBlock * 3),
-                      [&](int64_t begin, int64_t end) {
-                        for (int64_t b = begin; b < end; ++b) {
-                          const int64_t hi = std::min(n, (b + 1) * kBlock);
-                          const int64_t stop = b + 1 < num_blocks ? off[b + 1] : total;
-                          int64_t o = off[b];
-                          if (o == stop) continue;
-                          for (int64_t i = b * kBlock; i < hi; ++i) {
-                            if (keys(i) >= t_key) {
-                              out_idx[o] = static_cast<Tidx>(i);
-                              out_val[o] = x[i];
-                              ++o;
-                            }
-                          }
-                        }
-                      });
+    pool->ParallelFor(
+        num_blocks, ThreadPool::SchedulingParams::Adaptive(kBlock / 4),
+        [&](int64_t begin, int64_t end) {
+          for (int64_t b = begin; b < end; ++b) {
+            const int64_t lo = b * kBlock;
+            const int64_t hi = std::min(n, lo + kBlock);
+            const uint64_t* m = mark + b * kWordsPerBlock;
+            int64_t o = off[b];
+            for (int64_t w = 0; lo + 64 * w < hi; ++w) {
+              uint64_t word = m[w];
+              while (word) {
+                const int64_t i = lo + 64 * w + __builtin_ctzll(word);
+                word &= word - 1;
+                out_idx[o] = static_cast<Tidx>(i);
+                out_val[o] = x[i];
+                ++o;
+              }
+            }
+          }
+        });
   }
 };
 
