@@ -41,8 +41,7 @@ namespace sparsify {
 
 constexpr uint64_t kRandomKSalt = 0x9fb21c651e98df25ULL;
 
-// Width (bits) of each radix level. The first level is at most 16 bits wide
-// (65536 counters per thread); every later level is too.
+// Width (bits) of each radix level on the CPU: 65536 counters per thread.
 constexpr int kLevelBits = 16;
 
 // Bit layouts of the supported float types, stored as the unsigned type U.
@@ -97,26 +96,32 @@ DR_HOST_DEVICE uint64_t RandomKKey(uint64_t seed_mix, uint64_t i) {
 }
 
 // The radix levels of a key of `key_bits` significant bits: level 0 covers
-// the top min(kLevelBits, key_bits) bits, each later level the next
-// kLevelBits (the last one possibly fewer). Shift(l) is the right shift that
+// the top min(level_bits, key_bits) bits, each later level the next
+// level_bits (the last one possibly fewer). Shift(l) is the right shift that
 // brings level l's digit (together with all higher digits) to the bottom.
+// The CPU uses kLevelBits (per-thread histograms in cache); the GPU uses
+// kGpuLevelBits (a histogram in shared memory).
+constexpr int kGpuLevelBits = 11;
+
 struct RadixPlan {
   int key_bits;
+  int level_bits;
   int num_levels;
   DR_HOST_DEVICE int Shift(int level) const {
-    const int s = key_bits - (level + 1) * kLevelBits;
+    const int s = key_bits - (level + 1) * level_bits;
     return s < 0 ? 0 : s;
   }
   DR_HOST_DEVICE int DigitBits(int level) const {
-    const int hi = key_bits - level * kLevelBits;
+    const int hi = key_bits - level * level_bits;
     return hi - Shift(level);
   }
 };
 
-DR_HOST_DEVICE RadixPlan MakeRadixPlan(int key_bits) {
+DR_HOST_DEVICE RadixPlan MakeRadixPlan(int key_bits, int level_bits = kLevelBits) {
   RadixPlan p;
   p.key_bits = key_bits;
-  p.num_levels = (key_bits + kLevelBits - 1) / kLevelBits;
+  p.level_bits = level_bits;
+  p.num_levels = (key_bits + level_bits - 1) / level_bits;
   return p;
 }
 

@@ -2,19 +2,34 @@
 // and the radix-level layout come from sparsify.h and are shared with the
 // CUDA kernels; this file adds validation, threading and the selection.
 //
-// Top-k and random-k run one radix select (SelectLargest) over a key functor:
-//   pass 1  histogram of the level-0 digit of every key (per-worker
-//           histograms, merged) -> bucket B holding the k-th largest key;
-//   pass 2  per block of kBlock elements: how many keys lie above B and in B;
-//           the keys in B are copied, block by block, to a candidate buffer
-//           (the block is re-read from cache, so this is one streaming pass);
-//   refine  the lower levels' histograms over the candidates only (a few
-//           thousand keys for real gradients) -> the exact k-th key T and how
-//           many keys equal to T are taken (the lowest-index ones);
+// Top-k and random-k select the k largest keys (SelectLargest) of a key
+// functor, by one of two exact methods:
+//
+// Sampled bounds (n >= 2^18; the usual case): a 65536-key sample gives keys
+// lo <= hi that bracket the k-th largest key with high probability. ONE
+// streaming pass over x marks every key >= lo in a bitmap (1 bit/position),
+// counts the keys > hi per block and copies the keys in [lo, hi] (the
+// candidates, ~2 % of n at K = 1 %) block by block. A radix select over the
+// candidates gives the exact k-th key T; per-block counts and a prefix sum
+// give output offsets; the output is written from the bitmap, reading x only
+// at the marked positions. If the bracket missed (unrepresentative sample, or
+// a huge group of equal keys inside it), nothing has been written yet and
+// the exact radix select below runs instead.
+//
+// Exact radix select (any n):
+//   pass 1  histogram of the level-0 digit (top 16 bits) of every key
+//           (per-worker histograms, merged) -> bucket B of the k-th key;
+//   pass 2  per block of kBlock elements: keys above B and in B; the keys in
+//           B are copied, block by block, to a candidate buffer (the block
+//           is re-read from cache);
+//   refine  the lower levels' histograms over the candidates only -> the
+//           exact k-th key T and how many keys equal to T are taken (the
+//           lowest-index ones);
 //   pass 3  per-block output offsets by prefix sum, then every block writes
 //           its selected indices and values in ascending index order.
-// Three streaming passes over the input, O(n + candidates), and the result
-// does not depend on the number of threads or on how the blocks are shared.
+//
+// Both give the same answer, which does not depend on the number of threads
+// or on how the blocks are shared among them.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -24,6 +39,7 @@
 #include <string>
 
 #include "kernels/sparsify/sparsify.h"
+#include "kernels/sparsify/sparsify_args.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/framework/types.h"
@@ -44,31 +60,9 @@ using ThreadPool = ::tensorflow::thread::ThreadPool;
 // Elements per work item: 64 KiB of float32, so that pass 2 re-reads a block
 // from L2 and a block's candidates are one contiguous run.
 constexpr int64_t kBlock = 16384;
-// Histogram counters are uint32 per worker.
-constexpr int64_t kMaxElements = (int64_t{1} << 32) - 1;
-
 ThreadPool* Pool(OpKernelContext* ctx) {
   return ctx->device()->tensorflow_cpu_worker_threads()->workers;
 }
-
-template <typename T>
-struct FloatOf;
-template <>
-struct FloatOf<Eigen::half> {
-  using F = Half;
-};
-template <>
-struct FloatOf<Eigen::bfloat16> {
-  using F = BFloat16;
-};
-template <>
-struct FloatOf<float> {
-  using F = Float32;
-};
-template <>
-struct FloatOf<double> {
-  using F = Float64;
-};
 
 // Key functors: key(i) of position i, and how many of its bits can be set.
 template <typename F>
@@ -87,44 +81,6 @@ struct RandomKeys {
     return RandomKKey(seed_mix, static_cast<uint64_t>(i));
   }
 };
-
-absl::Status ScalarInt64(const Tensor& t, const char* name, int64_t* out) {
-  if (!tensorflow::TensorShapeUtils::IsScalar(t.shape())) {
-    return absl::InvalidArgumentError(std::string(name) +
-                                      " must be a scalar, got shape " +
-                                      t.shape().DebugString());
-  }
-  *out = t.scalar<int64_t>()();
-  return absl::OkStatus();
-}
-
-// n = number of elements of x; it must fit the counters and the index type.
-template <typename Tidx>
-absl::Status CheckSize(const Tensor& x, int64_t* n) {
-  *n = x.NumElements();
-  if (*n > kMaxElements) {
-    return absl::InvalidArgumentError(
-        "x has " + std::to_string(*n) +
-        " elements; the sparsifiers support at most 2^32 - 1");
-  }
-  if (DataTypeToEnum<Tidx>::v() == tensorflow::DT_INT32 &&
-      *n > std::numeric_limits<int32_t>::max()) {
-    return absl::InvalidArgumentError(
-        "x has " + std::to_string(*n) +
-        " elements, more than int32 indices can address; use out_idx=tf.int64");
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckK(int64_t k, int64_t n) {
-  if (k < 0 || k > n) {
-    return absl::InvalidArgumentError("k must lie in [0, n] where n=" +
-                                      std::to_string(n) +
-                                      " is the number of elements of x, got k=" +
-                                      std::to_string(k));
-  }
-  return absl::OkStatus();
-}
 
 // 64 bytes of 0/1 -> 64 bits (bit t = byte t). The multiplication moves bit
 // 0 of each of 8 bytes into the top byte without carries.
@@ -666,21 +622,10 @@ class ThresholdSelectOp : public OpKernel {
     using F = typename FloatOf<T>::F;
     using U = typename F::U;
     const Tensor& x_t = ctx->input(0);
-    const Tensor& t_t = ctx->input(1);
     int64_t n;
     OP_REQUIRES_OK(ctx, CheckSize<Tidx>(x_t, &n));
-    OP_REQUIRES(ctx, tensorflow::TensorShapeUtils::IsScalar(t_t.shape()),
-                absl::InvalidArgumentError("threshold must be a scalar, got shape " +
-                                           t_t.shape().DebugString()));
-    const T t = t_t.scalar<T>()();
-    const double td = static_cast<double>(t);
-    OP_REQUIRES(ctx, td >= 0.0,
-                absl::InvalidArgumentError(
-                    "threshold must be a non-negative number (not NaN), got " +
-                    std::to_string(td)));
-    U t_bits;
-    std::memcpy(&t_bits, &t, sizeof(U));
-    const U t_key = MagnitudeKey<F>(t_bits);  // -0.0 -> 0
+    U t_key;
+    OP_REQUIRES_OK(ctx, ThresholdKey<T>(ctx->input(1), &t_key));
     const MagnitudeKeys<F> keys{reinterpret_cast<const U*>(x_t.flat<T>().data())};
     const T* x = x_t.flat<T>().data();
 
