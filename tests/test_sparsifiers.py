@@ -568,3 +568,23 @@ def test_kernel_scalar_checks_in_graph_with_unknown_rank():
     h = tf.function(lambda t: sparsify.threshold(x, t),
                     input_signature=[tf.TensorSpec(None, tf.float32)])
     expect(r"threshold must be a scalar, got shape \[3\]", h, tf.zeros([3]))
+
+
+# --------------------------------------------------------------------------
+# CUDA sources: compile-checked where nvcc exists (no GPU is needed to compile).
+
+
+def test_cuda_kernels_compile(tmp_path):
+    import shutil
+
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("nvcc not found")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    res = subprocess.run(
+        [nvcc, "-std=c++17", f"-I{root}", "-c",
+         os.path.join(root, "kernels", "sparsify", "sparsify_kernels.cu"),
+         "-o", str(tmp_path / "sparsify_kernels.o"),
+         "-gencode=arch=compute_75,code=sm_75"],
+        capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
