@@ -176,6 +176,17 @@ def test_top_k_unrepresentative_sample_falls_back(rng):
         assert_selection(to_np(sparsify.top_k(x, k)), ref.top_k(x, k))
 
 
+def test_top_k_candidate_overflow_falls_back(dtype, rng):
+    """Two magnitudes, k at their border: the sampled bracket [lo, hi] holds
+    every element, more candidates than the buffer takes, so the exact path
+    answers (ties by index within both groups)."""
+    n = SAMPLED_N
+    x = np.where(rng.random(n) < 0.5, 1.0, -2.0).astype(dtype.as_numpy_dtype)
+    twos = int(np.sum(np.abs(x) == 2))
+    for k in [twos - 1, twos, twos + 1, n // 2]:
+        assert_selection(to_np(sparsify.top_k(x, k)), ref.top_k(x, k))
+
+
 def to_np(out):
     return tf.nest.map_structure(lambda t: t.numpy(), out)
 

@@ -12,9 +12,10 @@
 // candidates, ~2 % of n at K = 1 %) block by block. A radix select over the
 // candidates gives the exact k-th key T; per-block counts and a prefix sum
 // give output offsets; the output is written from the bitmap, reading x only
-// at the marked positions. If the bracket missed (unrepresentative sample, or
-// a huge group of equal keys inside it), nothing has been written yet and
-// the exact radix select below runs instead.
+// at the marked positions. When lo == hi (the k-th key sits in a large group
+// of equal keys) nothing needs copying: the k-th key is lo. If the bracket
+// missed (unrepresentative sample, or more candidates than the buffer holds),
+// nothing has been written yet and the exact radix select below runs instead.
 //
 // Exact radix select (any n):
 //   pass 1  histogram of the level-0 digit (top 16 bits) of every key
@@ -451,6 +452,9 @@ absl::Status SelectLargestSampled(OpKernelContext* ctx, const Keys& keys, int64_
   uint64_t* mark = mark_t.flat<uint64_t>().data();
   U* cand = cand_t.flat<U>().data();
   std::atomic<int64_t> cursor{0};
+  // lo == hi: every candidate equals lo (typically a large group of equal
+  // magnitudes), so none is copied and the k-th key is lo if the bracket holds.
+  const bool single = lo == hi;
 
   // The one full pass.
   pool->ParallelFor(
@@ -474,7 +478,7 @@ absl::Status SelectLargestSampled(OpKernelContext* ctx, const Keys& keys, int64_
           r[0] = above;
           r[1] = nc;
           r[2] = 0;
-          if (nc == 0) continue;
+          if (nc == 0 || single) continue;
           const int64_t start = cursor.fetch_add(nc, std::memory_order_relaxed);
           if (start + nc > cap) continue;  // overflow: detected below
           r[2] = start;
@@ -489,18 +493,22 @@ absl::Status SelectLargestSampled(OpKernelContext* ctx, const Keys& keys, int64_
           }
         }
       });
-  const int64_t num_cand = cursor.load();
-  int64_t above_total = 0;
-  for (int64_t b = 0; b < num_blocks; ++b) above_total += blk[5 * b];
-  if (num_cand > cap || above_total >= k || above_total + num_cand < k) {
+  int64_t above_total = 0, num_cand = 0;
+  for (int64_t b = 0; b < num_blocks; ++b) {
+    above_total += blk[5 * b];
+    num_cand += blk[5 * b + 1];
+  }
+  if ((!single && num_cand > cap) || above_total >= k || above_total + num_cand < k) {
     return absl::OkStatus();  // bounds missed: *done stays false
   }
 
-  U threshold = 0;
+  U threshold = lo;
   int64_t need = k - above_total;
-  TF_RETURN_IF_ERROR(RefineKthKey(ctx, plan, cand, num_cand, /*level=*/0,
-                                  &threshold, &need));
-  pool->ParallelFor(num_blocks, ThreadPool::SchedulingParams::Adaptive(64),
+  if (!single) {
+    TF_RETURN_IF_ERROR(RefineKthKey(ctx, plan, cand, num_cand, /*level=*/0,
+                                    &threshold, &need));
+  }
+  if (!single) pool->ParallelFor(num_blocks, ThreadPool::SchedulingParams::Adaptive(64),
                     [&](int64_t begin, int64_t end) {
                       for (int64_t b = begin; b < end; ++b) {
                         int64_t* r = blk + 5 * b;
