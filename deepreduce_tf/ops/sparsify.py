@@ -13,11 +13,19 @@ all-reduce, where mixed-precision loss scaling detects it and skips the step.
 Ties are broken by index: among equal magnitudes the lower index is selected
 first. Results are deterministic and do not depend on the number of threads.
 
-top_k is an O(n) radix select on the bit pattern of |x| (three streaming
-passes), not a sort. random_k picks the k positions whose hash
+top_k is an O(n) selection on the bit pattern of |x|, not a sort: for
+n >= 2^18 a sample brackets the k-th magnitude, one streaming pass over x
+marks and counts, and the exact k-th key is found among the few candidates;
+if the bracket misses, an exact radix select (three passes) runs instead.
+Either way the answer is the same. Scratch memory: n/8 bytes (a bitmap) plus
+the candidates. random_k picks the k positions whose hash
 Mix64(i + Mix64(seed ^ salt)) is largest: a uniformly random k-subset that
 is a pure function of (seed, n, k) -- identical on every worker and thread
-count, and no global RNG state is read or changed.
+count, and no global RNG state is read or changed. threshold is one pass
+that marks and counts, then writes from the marks.
+
+On GPU (CUDA builds) the same ops run an exact radix select with the same
+keys and tie rule, so CPU and GPU select the same positions.
 """
 import math
 
