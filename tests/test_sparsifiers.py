@@ -599,3 +599,23 @@ def test_cuda_kernels_compile(tmp_path):
          "-gencode=arch=compute_75,code=sm_75"],
         capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
+
+
+def test_radix_plan_host_emulation(tmp_path):
+    """sparsify.h's radix arithmetic at the CPU's and the GPU's level widths,
+    driven as the CUDA kernels drive it, against a brute-force sort
+    (tests/cpp/radix_plan_test.cc)."""
+    import shutil
+
+    cxx = shutil.which(os.environ.get("CXX", "g++"))
+    if cxx is None:
+        pytest.skip("no C++ compiler")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    exe = str(tmp_path / "radix_plan_test")
+    build = subprocess.run(
+        [cxx, "-std=c++17", "-O2", f"-I{root}",
+         os.path.join(root, "tests", "cpp", "radix_plan_test.cc"), "-o", exe],
+        capture_output=True, text=True, timeout=300)
+    assert build.returncode == 0, build.stderr[-3000:]
+    res = subprocess.run([exe], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0 and res.stdout.strip() == "OK", res.stdout[-3000:]
