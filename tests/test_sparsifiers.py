@@ -127,9 +127,9 @@ def test_reference_top_k_tie_rule():
 # top_k.
 
 
+@pytest.mark.parametrize("n", [1000, 40000])  # radix digits of 8 and 11 bits
 @pytest.mark.parametrize("kind", KINDS)
-def test_top_k_matches_reference(run, dtype, kind, rng):
-    n = 1000
+def test_top_k_matches_reference(run, dtype, kind, n, rng):
     x = make(kind, n, dtype, rng)
     for k in k_values(n):
         got = run(sparsify.top_k, tf.constant(x), tf.constant(k, tf.int64))

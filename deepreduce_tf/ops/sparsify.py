@@ -29,6 +29,7 @@ keys and tie rule, so CPU and GPU select the same positions.
 """
 import math
 
+import numpy as np
 import tensorflow as tf
 
 from deepreduce_tf.ops import _loader
@@ -49,6 +50,8 @@ def _float_tensor(x, name="x"):
 
 
 def _int64_scalar(value, name):
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        return tf.constant(int(value), tf.int64)  # no cast op per call
     t = tf.convert_to_tensor(value)
     if not t.dtype.is_integer:
         raise _invalid(f"{name} must be an integer scalar, got {t.dtype.name}")

@@ -18,7 +18,7 @@
 // nothing has been written yet and the exact radix select below runs instead.
 //
 // Exact radix select (any n):
-//   pass 1  histogram of the level-0 digit (top 16 bits) of every key
+//   pass 1  histogram of the level-0 digit (top 16 bits; 8-11 for small n)
 //           (per-worker histograms, merged) -> bucket B of the k-th key;
 //   pass 2  per block of kBlock elements: keys above B and in B; the keys in
 //           B are copied, block by block, to a candidate buffer (the block
@@ -174,6 +174,15 @@ void FindBucket(const uint32_t* hist, int64_t num_buckets, int64_t need,
   *above = acc;
 }
 
+// Radix digit width of the exact path: 16 bits (few passes) for large
+// inputs; narrower for small ones, whose cost is dominated by clearing and
+// merging the per-worker histograms (2^bits counters each).
+int LevelBitsFor(int64_t n) {
+  if (n <= 4096) return 8;
+  if (n <= 65536) return 11;
+  return kLevelBits;
+}
+
 // Radix select over a candidate array: finds the need-th largest key among
 // the candidates that share the digits above `level` with *prefix (all of
 // them when level == 0). On return *prefix is that key and *need the number
@@ -183,7 +192,7 @@ absl::Status RefineKthKey(OpKernelContext* ctx, const RadixPlan& plan, const U* 
                           int64_t count, int level, U* prefix, int64_t* need) {
   Tensor hist_t;
   TF_RETURN_IF_ERROR(ctx->allocate_temp(
-      tensorflow::DT_UINT32, TensorShape({int64_t{1} << kLevelBits}), &hist_t));
+      tensorflow::DT_UINT32, TensorShape({int64_t{1} << plan.level_bits}), &hist_t));
   uint32_t* hist = hist_t.flat<uint32_t>().data();
   const int64_t num_chunks = (count + kBlock - 1) / kBlock;
   for (; level < plan.num_levels; ++level) {
@@ -252,7 +261,7 @@ absl::Status SelectLargestExact(OpKernelContext* ctx, const Keys& keys, int64_t 
                            int64_t k, const T* x, Tidx* out_idx, T* out_val) {
   using U = typename Keys::U;
   ThreadPool* pool = Pool(ctx);
-  const RadixPlan plan = MakeRadixPlan(keys.KeyBits());
+  const RadixPlan plan = MakeRadixPlan(keys.KeyBits(), LevelBitsFor(n));
   const int shift0 = plan.Shift(0);
   const int64_t num_buckets0 = int64_t{1} << plan.DigitBits(0);
   const int64_t num_blocks = (n + kBlock - 1) / kBlock;
@@ -260,7 +269,7 @@ absl::Status SelectLargestExact(OpKernelContext* ctx, const Keys& keys, int64_t 
   // Pass 1: level-0 histogram.
   Tensor hist_t;
   TF_RETURN_IF_ERROR(ctx->allocate_temp(
-      tensorflow::DT_UINT32, TensorShape({int64_t{1} << kLevelBits}), &hist_t));
+      tensorflow::DT_UINT32, TensorShape({int64_t{1} << plan.level_bits}), &hist_t));
   uint32_t* hist = hist_t.flat<uint32_t>().data();
   TF_RETURN_IF_ERROR(ParallelHistogram(
       ctx, num_blocks, kBlock * 3, num_buckets0,
