@@ -58,6 +58,8 @@ using ::tensorflow::Tensor;
 using ::tensorflow::TensorShape;
 using ThreadPool = ::tensorflow::thread::ThreadPool;
 
+#define DR_ALWAYS_INLINE inline __attribute__((always_inline))
+
 // Elements per work item: 64 KiB of float32, so that pass 2 re-reads a block
 // from L2 and a block's candidates are one contiguous run.
 constexpr int64_t kBlock = 16384;
@@ -71,21 +73,21 @@ struct MagnitudeKeys {
   using U = typename F::U;
   const U* bits;
   int KeyBits() const { return MagnitudeKeyBits<F>(); }
-  U operator()(int64_t i) const { return MagnitudeKey<F>(bits[i]); }
+  DR_ALWAYS_INLINE U operator()(int64_t i) const { return MagnitudeKey<F>(bits[i]); }
 };
 
 struct RandomKeys {
   using U = uint64_t;
   uint64_t seed_mix;
   int KeyBits() const { return 64; }
-  U operator()(int64_t i) const {
+  DR_ALWAYS_INLINE U operator()(int64_t i) const {
     return RandomKKey(seed_mix, static_cast<uint64_t>(i));
   }
 };
 
 // 64 bytes of 0/1 -> 64 bits (bit t = byte t). The multiplication moves bit
 // 0 of each of 8 bytes into the top byte without carries.
-inline uint64_t PackBytes(const uint8_t* bytes) {
+DR_ALWAYS_INLINE uint64_t PackBytes(const uint8_t* bytes) {
   uint64_t word = 0;
   for (int g = 0; g < 8; ++g) {
     uint64_t v;
@@ -99,7 +101,7 @@ inline uint64_t PackBytes(const uint8_t* bytes) {
 // key >= lo and the bitmap of key > hi. Written as byte loops over a fixed
 // 64 so that the compiler vectorises the key computation and the compares.
 template <typename Keys>
-inline void MarkWord(const Keys& keys, int64_t w0, int len, typename Keys::U lo,
+DR_ALWAYS_INLINE void MarkWord(const Keys& keys, int64_t w0, int len, typename Keys::U lo,
                      typename Keys::U hi, uint64_t* ge_lo, uint64_t* gt_hi) {
   using U = typename Keys::U;
   alignas(64) uint8_t ge[64];
@@ -119,6 +121,52 @@ inline void MarkWord(const Keys& keys, int64_t w0, int len, typename Keys::U lo,
   }
   *ge_lo = PackBytes(ge);
   *gt_hi = PackBytes(gt);
+}
+
+// Marks positions [lo_i, hi_i) (one block) into m: bit = key >= lo; counts
+// the marked keys and those > hi. Compiled twice, for the baseline x86-64
+// that TensorFlow's flags target and for AVX2, and picked at run time: the
+// wider compares (and, for random-k, the hash) are most of this pass.
+template <typename Keys>
+DR_ALWAYS_INLINE void MarkBlockBody(const Keys& keys, int64_t lo_i, int64_t hi_i,
+                                    typename Keys::U lo, typename Keys::U hi,
+                                    uint64_t* m, int64_t* above, int64_t* marked) {
+  int64_t a = 0, c = 0;
+  for (int64_t w0 = lo_i; w0 < hi_i; w0 += 64) {
+    const int len = static_cast<int>(std::min<int64_t>(64, hi_i - w0));
+    uint64_t word, gt_word;
+    MarkWord(keys, w0, len, lo, hi, &word, &gt_word);
+    a += __builtin_popcountll(gt_word);
+    c += __builtin_popcountll(word);
+    m[(w0 - lo_i) >> 6] = word;
+  }
+  *above = a;
+  *marked = c;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+template <typename Keys>
+__attribute__((target("avx2,bmi,bmi2,popcnt"))) void MarkBlockAvx2(
+    const Keys& keys, int64_t lo_i, int64_t hi_i, typename Keys::U lo,
+    typename Keys::U hi, uint64_t* m, int64_t* above, int64_t* marked) {
+  MarkBlockBody(keys, lo_i, hi_i, lo, hi, m, above, marked);
+}
+inline bool HasAvx2() {
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi2");
+  return has;
+}
+#endif
+
+template <typename Keys>
+void MarkBlock(const Keys& keys, int64_t lo_i, int64_t hi_i, typename Keys::U lo,
+               typename Keys::U hi, uint64_t* m, int64_t* above, int64_t* marked) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (HasAvx2()) {
+    MarkBlockAvx2(keys, lo_i, hi_i, lo, hi, m, above, marked);
+    return;
+  }
+#endif
+  MarkBlockBody(keys, lo_i, hi_i, lo, hi, m, above, marked);
 }
 
 // Adds fn's counts of work units [0, num_units) into `merged` (num_buckets
@@ -474,14 +522,7 @@ absl::Status SelectLargestSampled(OpKernelContext* ctx, const Keys& keys, int64_
           const int64_t hi_i = std::min(n, lo_i + kBlock);
           int64_t above = 0, marked = 0;
           uint64_t* m = mark + b * kWordsPerBlock;
-          for (int64_t w0 = lo_i; w0 < hi_i; w0 += 64) {
-            const int len = static_cast<int>(std::min<int64_t>(64, hi_i - w0));
-            uint64_t word, gt_word;
-            MarkWord(keys, w0, len, lo, hi, &word, &gt_word);
-            above += __builtin_popcountll(gt_word);
-            marked += __builtin_popcountll(word);
-            m[(w0 - lo_i) >> 6] = word;
-          }
+          MarkBlock(keys, lo_i, hi_i, lo, hi, m, &above, &marked);
           int64_t* r = blk + 5 * b;
           const int64_t nc = marked - above;
           r[0] = above;
@@ -665,15 +706,8 @@ class ThresholdSelectOp : public OpKernel {
             const int64_t lo = b * kBlock;
             const int64_t hi = std::min(n, lo + kBlock);
             uint64_t* m = mark + b * kWordsPerBlock;
-            int64_t c = 0;
-            for (int64_t w0 = lo; w0 < hi; w0 += 64) {
-              const int len = static_cast<int>(std::min<int64_t>(64, hi - w0));
-              uint64_t word, unused;
-              MarkWord(keys, w0, len, t_key, std::numeric_limits<U>::max(), &word,
-                       &unused);
-              c += __builtin_popcountll(word);
-              m[(w0 - lo) >> 6] = word;
-            }
+            int64_t c = 0, unused = 0;
+            MarkBlock(keys, lo, hi, t_key, std::numeric_limits<U>::max(), m, &unused, &c);
             off[b] = c;
           }
         });
