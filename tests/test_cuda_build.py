@@ -31,6 +31,9 @@ PREFIX = "DeepReduce>"
 GPU_OPS = {
     PREFIX + "BloomFilterInsert": {"universe_size", "filter_bits", "filter_hashes"},
     PREFIX + "BloomFilterQuery": {"universe_size", "filter_bits", "filter_hashes"},
+    PREFIX + "TopK": {"k"},
+    PREFIX + "RandomK": {"k", "seed"},
+    PREFIX + "ThresholdSelect": {"threshold"},
 }
 # Ops that are CPU-only by design: Select works on the ~K positives with a
 # sequential greedy (conflict_sets); BuildInfo returns a string; Deflate is zlib.
@@ -149,11 +152,10 @@ def test_build_info_is_consistent():
 
 @requires_cuda_build
 @pytest.mark.parametrize("op_name", sorted(GPU_OPS))
-@pytest.mark.parametrize("dtype", INDEX_DTYPES, ids=["int32", "int64"])
-def test_gpu_kernel_registered(op_name, dtype):
+def test_gpu_kernel_registered(op_name):
     op_def = registered_ops()[op_name]
-    (attr,) = type_attrs(op_def)  # Tidx or out_idx
-    assert has_kernel(op_name, "GPU", {attr: dtype.as_datatype_enum}), (op_name, dtype)
+    for bindings in type_bindings(op_def):  # every dtype the op accepts
+        assert has_kernel(op_name, "GPU", bindings), (op_name, bindings)
     for k in kernels_for(op_name, "GPU"):
         assert set(k.host_memory_arg) == GPU_OPS[op_name], k
 

@@ -1,0 +1,558 @@
+// CUDA kernels of the sparsifiers, behind the plain C++ launchers of
+// sparsify_gpu.h. No TensorFlow headers: memory and the stream come from the
+// caller. The keys (MagnitudeKey, RandomKKey) and the radix levels are
+// sparsify.h's, shared with the CPU kernels, so both select the same set.
+//
+// Top-k and random-k: an exact radix select over the whole input, one level
+// of kGpuLevelBits per pass (histogram in shared memory, merged with global
+// atomics; one block then finds the bucket of the k-th key and updates the
+// prefix and the remaining count on the device), then an ordered compaction:
+// per-tile counts of keys > T and == T, exclusive scans (CUB), and a write
+// pass in which each warp emits its tile's selections in index order. No
+// host round trip. Threshold: mark + count per tile, scan, count to the host
+// (the output size), write from the marks.
+#include <cstdint>
+
+// This library's CUB lives in its own namespace (see bloom_kernels.cu).
+#define CUB_WRAPPED_NAMESPACE deepreduce_cub
+#include <cub/block/block_scan.cuh>
+#include <cub/device/device_scan.cuh>
+#include <cuda_runtime.h>
+
+#include "kernels/sparsify/sparsify.h"
+#include "kernels/sparsify/sparsify_gpu.h"
+
+namespace deepreduce {
+namespace sparsify {
+namespace gpu {
+namespace {
+
+constexpr int kWarp = 32;
+// Threads per block of the streaming kernels: whole warps (the tile kernels
+// give one warp a tile). Grid sizes come from the occupancy API.
+constexpr int kThreads = 256;
+static_assert(kThreads % kWarp == 0, "kThreads must be whole warps");
+// A tile: the positions one warp handles in one grid-stride step: 32 steps of
+// 32 consecutive positions (lane l takes position base + 32 * step + l, so
+// every load is coalesced).
+constexpr int kTileSteps = 32;
+constexpr int64_t kTile = kTileSteps * kWarp;
+constexpr unsigned kFullMask = 0xffffffffu;
+constexpr int kMaxBins = 1 << kGpuLevelBits;
+// The bucket finder: one block, two bins per thread.
+constexpr int kFindThreads = kMaxBins / 2;
+constexpr size_t kAlign = 256;
+
+size_t AlignUp(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+
+GpuStatus Ok() { return GpuStatus{0, ""}; }
+GpuStatus Fail(cudaError_t e, const char* step) {
+  return GpuStatus{static_cast<int>(e), step};
+}
+#define DR_CUDA_RETURN_IF_ERROR(expr, step)                 \
+  do {                                                      \
+    const cudaError_t dr_err_ = (expr);                     \
+    if (dr_err_ != cudaSuccess) return Fail(dr_err_, step); \
+  } while (0)
+
+cudaStream_t AsStream(void* stream) { return static_cast<cudaStream_t>(stream); }
+
+template <typename Kernel>
+cudaError_t GridSize(Kernel kernel, int64_t work_blocks, int* grid) {
+  int device = 0, sms = 0, per_sm = 0;
+  cudaError_t e = cudaGetDevice(&device);
+  if (e != cudaSuccess) return e;
+  e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (e != cudaSuccess) return e;
+  e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0);
+  if (e != cudaSuccess) return e;
+  const int64_t wave = static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1);
+  const int64_t g = work_blocks < wave ? work_blocks : wave;
+  *grid = static_cast<int>(g < 1 ? 1 : g);
+  return cudaSuccess;
+}
+
+// ------------------------------------------------------------------ keys --
+
+template <typename F>
+struct MagKeys {
+  using U = typename F::U;
+  const U* x;
+  __host__ __device__ int KeyBits() const { return MagnitudeKeyBits<F>(); }
+  __device__ U operator()(int64_t i) const { return MagnitudeKey<F>(x[i]); }
+};
+
+struct RandKeys {
+  using U = uint64_t;
+  uint64_t seed_mix;
+  __host__ __device__ int KeyBits() const { return 64; }
+  __device__ U operator()(int64_t i) const {
+    return RandomKKey(seed_mix, static_cast<uint64_t>(i));
+  }
+};
+
+// The selection state on the device: the digits of the k-th key found so far
+// (after the last level: the key T itself) and how many keys with that
+// prefix are still to be taken (after the last level: how many keys equal
+// to T are taken, the lowest-index ones).
+struct SelectState {
+  unsigned long long prefix;
+  long long need;
+};
+
+struct Scratch {
+  SelectState* state;
+  unsigned* hist;        // kMaxBins
+  long long* gt;         // per tile: keys > T (threshold: marked count)
+  long long* eq;         // per tile: keys == T
+  long long* eq_before;  // exclusive scan of eq (threshold: output offsets)
+  long long* take;       // per tile: keys == T taken
+  long long* sel;        // per tile: selected
+  long long* offset;     // exclusive scan of sel
+  uint32_t* marks;       // threshold: kTileSteps words per tile
+  void* cub_temp;
+  size_t cub_bytes;
+  size_t total_bytes;
+};
+
+int64_t NumTiles(int64_t n) { return (n + kTile - 1) / kTile; }
+
+cudaError_t ScanTempBytes(int64_t num_items, size_t* bytes) {
+  return deepreduce_cub::cub::DeviceScan::ExclusiveSum(
+      nullptr, *bytes, static_cast<const long long*>(nullptr),
+      static_cast<long long*>(nullptr), static_cast<int>(num_items));
+}
+
+// Sub-buffers of the scratch; base may be null (sizing only).
+cudaError_t Layout(int64_t n, void* base, Scratch* s) {
+  const int64_t tiles = NumTiles(n) > 0 ? NumTiles(n) : 1;
+  size_t cub_bytes = 0;
+  cudaError_t e = ScanTempBytes(tiles, &cub_bytes);
+  if (e != cudaSuccess) return e;
+  char* p = static_cast<char*>(base);
+  size_t at = 0;
+  auto take = [&](size_t bytes) {
+    char* q = p == nullptr ? nullptr : p + at;
+    at += AlignUp(bytes);
+    return q;
+  };
+  const size_t tile_bytes = sizeof(long long) * static_cast<size_t>(tiles);
+  s->state = reinterpret_cast<SelectState*>(take(sizeof(SelectState)));
+  s->hist = reinterpret_cast<unsigned*>(take(sizeof(unsigned) * kMaxBins));
+  s->gt = reinterpret_cast<long long*>(take(tile_bytes));
+  s->eq = reinterpret_cast<long long*>(take(tile_bytes));
+  s->eq_before = reinterpret_cast<long long*>(take(tile_bytes));
+  s->take = reinterpret_cast<long long*>(take(tile_bytes));
+  s->sel = reinterpret_cast<long long*>(take(tile_bytes));
+  s->offset = reinterpret_cast<long long*>(take(tile_bytes));
+  s->marks = reinterpret_cast<uint32_t*>(
+      take(sizeof(uint32_t) * kTileSteps * static_cast<size_t>(tiles)));
+  s->cub_temp = take(cub_bytes);
+  s->cub_bytes = cub_bytes;
+  s->total_bytes = at;
+  return cudaSuccess;
+}
+
+__device__ __forceinline__ unsigned LanesBelow(int lane) { return (1u << lane) - 1u; }
+
+// ---------------------------------------------------------------- select --
+
+__global__ void InitKernel(SelectState* st, long long k) {
+  st->prefix = 0;
+  st->need = k;
+}
+
+// One level's histogram. Grid-stride over positions: thread t counts the
+// digit of keys t, t + stride, ... that carry the current prefix into its
+// block's shared histogram, which is then added to the global one.
+template <typename Keys>
+__global__ void __launch_bounds__(kThreads)
+    HistKernel(Keys keys, int64_t n, RadixPlan plan, int level,
+               const SelectState* __restrict__ st, unsigned* __restrict__ hist) {
+  using U = typename Keys::U;
+  __shared__ unsigned sh[kMaxBins];
+  const int bins = 1 << plan.DigitBits(level);
+  for (int b = threadIdx.x; b < bins; b += blockDim.x) sh[b] = 0;
+  __syncthreads();
+  const U prefix = static_cast<U>(st->prefix);
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    const U key = keys(i);
+    if (HasPrefix(plan, level, key, prefix)) atomicAdd(&sh[Digit(plan, level, key)], 1u);
+  }
+  __syncthreads();
+  for (int b = threadIdx.x; b < bins; b += blockDim.x) {
+    if (sh[b] != 0) atomicAdd(&hist[b], sh[b]);
+  }
+}
+
+// One block of kFindThreads: thread t takes bins bins-1-2t and bins-2-2t (from
+// the top), an inclusive block scan gives the count of keys in higher or
+// equal bins, and the one bin where that count first reaches `need` extends
+// the prefix.
+__global__ void __launch_bounds__(kFindThreads)
+    FindKernel(const unsigned* __restrict__ hist, RadixPlan plan, int level,
+               SelectState* st) {
+  using BlockScan = deepreduce_cub::cub::BlockScan<long long, kFindThreads>;
+  __shared__ typename BlockScan::TempStorage temp;
+  const int bins = 1 << plan.DigitBits(level);
+  const long long need = st->need;
+  const unsigned long long prefix = st->prefix;
+  long long items[2], incl[2];
+  for (int j = 0; j < 2; ++j) {
+    const int b = bins - 1 - (2 * static_cast<int>(threadIdx.x) + j);
+    items[j] = b >= 0 ? static_cast<long long>(hist[b]) : 0;
+  }
+  BlockScan(temp).InclusiveSum(items, incl);  // synchronizes the block
+  for (int j = 0; j < 2; ++j) {
+    const int b = bins - 1 - (2 * static_cast<int>(threadIdx.x) + j);
+    const long long excl = incl[j] - items[j];
+    if (b >= 0 && excl < need && incl[j] >= need) {
+      st->need = need - excl;
+      st->prefix = level == 0 ? static_cast<unsigned long long>(b)
+                              : (prefix << plan.DigitBits(level)) |
+                                    static_cast<unsigned long long>(b);
+    }
+  }
+}
+
+// Per tile (one warp per tile, grid-stride over tiles): keys > T and == T.
+template <typename Keys>
+__global__ void __launch_bounds__(kThreads)
+    CountKernel(Keys keys, int64_t n, int64_t num_tiles,
+                const SelectState* __restrict__ st, long long* __restrict__ gt,
+                long long* __restrict__ eq) {
+  using U = typename Keys::U;
+  const U t = static_cast<U>(st->prefix);
+  const int lane = threadIdx.x % kWarp;
+  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
+  const int64_t num_warps = static_cast<int64_t>(gridDim.x) * blockDim.x / kWarp;
+  for (int64_t tile = warp; tile < num_tiles; tile += num_warps) {
+    long long cg = 0, ce = 0;
+    for (int it = 0; it < kTileSteps; ++it) {
+      const int64_t pos = tile * kTile + kWarp * it + lane;
+      const bool valid = pos < n;
+      const U key = valid ? keys(pos) : U{0};
+      cg += __popc(__ballot_sync(kFullMask, valid && key > t));
+      ce += __popc(__ballot_sync(kFullMask, valid && key == t));
+    }
+    if (lane == 0) {
+      gt[tile] = cg;
+      eq[tile] = ce;
+    }
+  }
+}
+
+// Per tile: how many of its keys equal to T are taken, and its selections.
+__global__ void __launch_bounds__(kThreads)
+    TakeKernel(int64_t num_tiles, const SelectState* __restrict__ st,
+               const long long* __restrict__ gt, const long long* __restrict__ eq,
+               const long long* __restrict__ eq_before, long long* __restrict__ take,
+               long long* __restrict__ sel) {
+  const long long need = st->need;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       t < num_tiles; t += stride) {
+    long long tk = need - eq_before[t];
+    tk = tk < 0 ? 0 : (tk > eq[t] ? eq[t] : tk);
+    take[t] = tk;
+    sel[t] = gt[t] + tk;
+  }
+}
+
+// One warp per tile: in step `it` the lanes hold 32 consecutive positions; a
+// ballot ranks the keys equal to T among the tile's so far, a second ballot
+// of the selected ones gives each its output slot.
+template <typename Keys, typename Tidx>
+__global__ void __launch_bounds__(kThreads)
+    WriteKernel(Keys keys, const void* __restrict__ values, int value_bytes, int64_t n,
+                int64_t num_tiles, const SelectState* __restrict__ st,
+                const long long* __restrict__ take, const long long* __restrict__ offset,
+                Tidx* __restrict__ idx, void* __restrict__ out_values) {
+  using U = typename Keys::U;
+  const U t = static_cast<U>(st->prefix);
+  const int lane = threadIdx.x % kWarp;
+  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
+  const int64_t num_warps = static_cast<int64_t>(gridDim.x) * blockDim.x / kWarp;
+  for (int64_t tile = warp; tile < num_tiles; tile += num_warps) {
+    const long long tk = take[tile];
+    long long out = offset[tile];
+    long long eq_seen = 0;
+    for (int it = 0; it < kTileSteps; ++it) {
+      const int64_t pos = tile * kTile + kWarp * it + lane;
+      const bool valid = pos < n;
+      const U key = valid ? keys(pos) : U{0};
+      const bool is_eq = valid && key == t;
+      const unsigned eq_ballot = __ballot_sync(kFullMask, is_eq);
+      const long long rank = eq_seen + __popc(eq_ballot & LanesBelow(lane));
+      const bool s = valid && (key > t || (is_eq && rank < tk));
+      const unsigned s_ballot = __ballot_sync(kFullMask, s);
+      if (s) {
+        const long long o = out + __popc(s_ballot & LanesBelow(lane));
+        idx[o] = static_cast<Tidx>(pos);
+        switch (value_bytes) {
+          case 2:
+            static_cast<uint16_t*>(out_values)[o] = static_cast<const uint16_t*>(values)[pos];
+            break;
+          case 4:
+            static_cast<uint32_t*>(out_values)[o] = static_cast<const uint32_t*>(values)[pos];
+            break;
+          default:
+            static_cast<uint64_t*>(out_values)[o] = static_cast<const uint64_t*>(values)[pos];
+        }
+      }
+      out += __popc(s_ballot);
+      eq_seen += __popc(eq_ballot);
+    }
+  }
+}
+
+// The whole selection for a key functor; values are the bits at d_values
+// (value_bytes wide).
+template <typename Keys, typename Tidx>
+GpuStatus Select(const Keys& keys, const void* d_values, int value_bytes, int64_t n,
+                 int64_t k, Tidx* d_idx, void* d_val, void* d_scratch,
+                 size_t scratch_bytes, void* stream) {
+  cudaStream_t s = AsStream(stream);
+  Scratch sc;
+  DR_CUDA_RETURN_IF_ERROR(Layout(n, d_scratch, &sc), "laying out the scratch");
+  if (scratch_bytes < sc.total_bytes) {
+    return Fail(cudaErrorInvalidValue, "scratch is smaller than ScratchBytes(n)");
+  }
+  const RadixPlan plan = MakeRadixPlan(keys.KeyBits(), kGpuLevelBits);
+  const int64_t tiles = NumTiles(n);
+  InitKernel<<<1, 1, 0, s>>>(sc.state, static_cast<long long>(k));
+  DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching InitKernel");
+  int grid = 0;
+  DR_CUDA_RETURN_IF_ERROR(GridSize(HistKernel<Keys>, (n + kThreads - 1) / kThreads, &grid),
+                          "sizing the histogram grid");
+  for (int level = 0; level < plan.num_levels; ++level) {
+    DR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(sc.hist, 0, sizeof(unsigned) * kMaxBins, s),
+                            "clearing the histogram");
+    HistKernel<Keys><<<grid, kThreads, 0, s>>>(keys, n, plan, level, sc.state, sc.hist);
+    DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching HistKernel");
+    FindKernel<<<1, kFindThreads, 0, s>>>(sc.hist, plan, level, sc.state);
+    DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching FindKernel");
+  }
+  const int64_t warps_needed = (tiles * kWarp + kThreads - 1) / kThreads;
+  DR_CUDA_RETURN_IF_ERROR(GridSize(CountKernel<Keys>, warps_needed, &grid),
+                          "sizing the count grid");
+  CountKernel<Keys><<<grid, kThreads, 0, s>>>(keys, n, tiles, sc.state, sc.gt, sc.eq);
+  DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching CountKernel");
+  size_t cub_bytes = sc.cub_bytes;
+  DR_CUDA_RETURN_IF_ERROR(
+      deepreduce_cub::cub::DeviceScan::ExclusiveSum(sc.cub_temp, cub_bytes, sc.eq,
+                                                    sc.eq_before, static_cast<int>(tiles), s),
+      "scanning the per-tile tie counts");
+  DR_CUDA_RETURN_IF_ERROR(GridSize(TakeKernel, (tiles + kThreads - 1) / kThreads, &grid),
+                          "sizing the take grid");
+  TakeKernel<<<grid, kThreads, 0, s>>>(tiles, sc.state, sc.gt, sc.eq, sc.eq_before,
+                                       sc.take, sc.sel);
+  DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching TakeKernel");
+  cub_bytes = sc.cub_bytes;
+  DR_CUDA_RETURN_IF_ERROR(
+      deepreduce_cub::cub::DeviceScan::ExclusiveSum(sc.cub_temp, cub_bytes, sc.sel,
+                                                    sc.offset, static_cast<int>(tiles), s),
+      "scanning the per-tile selection counts");
+  DR_CUDA_RETURN_IF_ERROR(GridSize(WriteKernel<Keys, Tidx>, warps_needed, &grid),
+                          "sizing the write grid");
+  WriteKernel<Keys, Tidx><<<grid, kThreads, 0, s>>>(
+      keys, d_values, value_bytes, n, tiles, sc.state, sc.take, sc.offset,
+      d_idx, d_val);
+  DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching WriteKernel");
+  return Ok();
+}
+
+// Calls fn with the magnitude-key functor of (kind, U).
+template <typename U, typename Fn>
+GpuStatus WithMagKeys(FloatKind kind, const U* d_x, Fn fn) {
+  if constexpr (sizeof(U) == 2) {
+    if (kind == FloatKind::kHalf) return fn(MagKeys<Half>{d_x});
+    return fn(MagKeys<BFloat16>{d_x});
+  } else if constexpr (sizeof(U) == 4) {
+    return fn(MagKeys<Float32>{d_x});
+  } else {
+    return fn(MagKeys<Float64>{d_x});
+  }
+}
+
+// ------------------------------------------------------------- threshold --
+
+// One warp per tile: the ballot of step `it` is mark word tile*32 + it (bit l
+// = position tile*kTile + 32*it + l); lane `it` keeps it, the warp stores the
+// tile's words coalesced, lane 0 the tile's count.
+template <typename Keys>
+__global__ void __launch_bounds__(kThreads)
+    MarkKernel(Keys keys, int64_t n, int64_t num_tiles, typename Keys::U t_key,
+               uint32_t* __restrict__ marks, long long* __restrict__ counts) {
+  using U = typename Keys::U;
+  const int lane = threadIdx.x % kWarp;
+  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
+  const int64_t num_warps = static_cast<int64_t>(gridDim.x) * blockDim.x / kWarp;
+  for (int64_t tile = warp; tile < num_tiles; tile += num_warps) {
+    uint32_t mine = 0;
+    long long count = 0;
+    for (int it = 0; it < kTileSteps; ++it) {
+      const int64_t pos = tile * kTile + kWarp * it + lane;
+      const bool hit = pos < n && keys(pos) >= t_key;
+      const uint32_t word = __ballot_sync(kFullMask, hit);
+      if (lane == it) mine = word;
+      count += __popc(word);
+    }
+    marks[tile * kTileSteps + lane] = mine;
+    if (lane == 0) counts[tile] = count;
+  }
+}
+
+// One warp per tile: lane l owns mark word l and writes its positions from
+// the tile's offset plus the marks of lanes < l (a warp prefix sum).
+template <typename U, typename Tidx>
+__global__ void __launch_bounds__(kThreads)
+    MarkWriteKernel(const U* __restrict__ x, int64_t num_tiles,
+                    const uint32_t* __restrict__ marks,
+                    const long long* __restrict__ offsets, Tidx* __restrict__ idx,
+                    U* __restrict__ val) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
+  const int64_t num_warps = static_cast<int64_t>(gridDim.x) * blockDim.x / kWarp;
+  for (int64_t tile = warp; tile < num_tiles; tile += num_warps) {
+    uint32_t word = marks[tile * kTileSteps + lane];
+    const int mine = __popc(word);
+    int incl = mine;
+    for (int d = 1; d < kWarp; d *= 2) {
+      const int v = __shfl_up_sync(kFullMask, incl, d);
+      if (lane >= d) incl += v;
+    }
+    long long o = offsets[tile] + incl - mine;
+    const int64_t base = tile * kTile + kWarp * lane;
+    while (word) {
+      const int64_t pos = base + __ffs(word) - 1;
+      word &= word - 1;
+      idx[o] = static_cast<Tidx>(pos);
+      val[o] = x[pos];
+      ++o;
+    }
+  }
+}
+
+}  // namespace
+
+const char* ErrorString(int cuda_error) {
+  return cudaGetErrorString(static_cast<cudaError_t>(cuda_error));
+}
+
+size_t ScratchBytes(int64_t n, GpuStatus* status) {
+  Scratch sc;
+  const cudaError_t e = Layout(n, nullptr, &sc);
+  if (e != cudaSuccess) {
+    *status = Fail(e, "sizing the CUB scan workspace");
+    return 0;
+  }
+  *status = Ok();
+  return sc.total_bytes;
+}
+
+template <typename U, typename Tidx>
+GpuStatus TopK(FloatKind kind, const U* d_x, int64_t n, int64_t k, Tidx* d_idx,
+               U* d_val, void* d_scratch, size_t scratch_bytes, void* stream) {
+  return WithMagKeys(kind, d_x, [&](auto keys) {
+    return Select(keys, d_x, static_cast<int>(sizeof(U)), n, k, d_idx, d_val, d_scratch,
+                  scratch_bytes, stream);
+  });
+}
+
+template <typename U, typename Tidx>
+GpuStatus RandomK(uint64_t seed, const U* d_x, int64_t n, int64_t k, Tidx* d_idx,
+                  U* d_val, void* d_scratch, size_t scratch_bytes, void* stream) {
+  return Select(RandKeys{SeedMix(seed)}, d_x, static_cast<int>(sizeof(U)), n, k, d_idx,
+                d_val, d_scratch, scratch_bytes, stream);
+}
+
+template <typename U>
+GpuStatus ThresholdCount(FloatKind kind, const U* d_x, int64_t n, U t_key,
+                         void* d_scratch, size_t scratch_bytes, void* stream,
+                         int64_t* count) {
+  *count = 0;
+  if (n == 0) return Ok();
+  cudaStream_t s = AsStream(stream);
+  Scratch sc;
+  DR_CUDA_RETURN_IF_ERROR(Layout(n, d_scratch, &sc), "laying out the scratch");
+  if (scratch_bytes < sc.total_bytes) {
+    return Fail(cudaErrorInvalidValue, "scratch is smaller than ScratchBytes(n)");
+  }
+  const int64_t tiles = NumTiles(n);
+  const int64_t warps_needed = (tiles * kWarp + kThreads - 1) / kThreads;
+  GpuStatus st = WithMagKeys(kind, d_x, [&](auto keys) {
+    int grid = 0;
+    DR_CUDA_RETURN_IF_ERROR(GridSize(MarkKernel<decltype(keys)>, warps_needed, &grid),
+                            "sizing the mark grid");
+    MarkKernel<decltype(keys)><<<grid, kThreads, 0, s>>>(keys, n, tiles, t_key, sc.marks,
+                                                         sc.gt);
+    DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching MarkKernel");
+    return Ok();
+  });
+  if (!st.ok()) return st;
+  size_t cub_bytes = sc.cub_bytes;
+  DR_CUDA_RETURN_IF_ERROR(
+      deepreduce_cub::cub::DeviceScan::ExclusiveSum(sc.cub_temp, cub_bytes, sc.gt,
+                                                    sc.eq_before, static_cast<int>(tiles), s),
+      "scanning the per-tile counts");
+  long long last[2] = {0, 0};
+  DR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&last[0], sc.eq_before + tiles - 1, sizeof(long long),
+                                          cudaMemcpyDeviceToHost, s),
+                          "copying the last offset to the host");
+  DR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&last[1], sc.gt + tiles - 1, sizeof(long long),
+                                          cudaMemcpyDeviceToHost, s),
+                          "copying the last count to the host");
+  DR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s), "running MarkKernel");
+  *count = static_cast<int64_t>(last[0] + last[1]);
+  return Ok();
+}
+
+template <typename U, typename Tidx>
+GpuStatus ThresholdWrite(const U* d_x, int64_t n, const void* d_scratch,
+                         size_t scratch_bytes, Tidx* d_idx, U* d_val, void* stream) {
+  if (n == 0) return Ok();
+  cudaStream_t s = AsStream(stream);
+  Scratch sc;
+  DR_CUDA_RETURN_IF_ERROR(Layout(n, const_cast<void*>(d_scratch), &sc),
+                          "laying out the scratch");
+  if (scratch_bytes < sc.total_bytes) {
+    return Fail(cudaErrorInvalidValue, "scratch is smaller than ScratchBytes(n)");
+  }
+  const int64_t tiles = NumTiles(n);
+  int grid = 0;
+  DR_CUDA_RETURN_IF_ERROR(GridSize(MarkWriteKernel<U, Tidx>,
+                                   (tiles * kWarp + kThreads - 1) / kThreads, &grid),
+                          "sizing the write grid");
+  MarkWriteKernel<U, Tidx><<<grid, kThreads, 0, s>>>(d_x, tiles, sc.marks, sc.eq_before,
+                                                     d_idx, d_val);
+  DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching MarkWriteKernel");
+  return Ok();
+}
+
+#define DR_INSTANTIATE(U, Tidx)                                                        \
+  template GpuStatus TopK<U, Tidx>(FloatKind, const U*, int64_t, int64_t, Tidx*, U*,   \
+                                   void*, size_t, void*);                              \
+  template GpuStatus RandomK<U, Tidx>(uint64_t, const U*, int64_t, int64_t, Tidx*, U*, \
+                                      void*, size_t, void*);                           \
+  template GpuStatus ThresholdWrite<U, Tidx>(const U*, int64_t, const void*, size_t,  \
+                                             Tidx*, U*, void*);
+DR_INSTANTIATE(uint16_t, int32_t)
+DR_INSTANTIATE(uint16_t, int64_t)
+DR_INSTANTIATE(uint32_t, int32_t)
+DR_INSTANTIATE(uint32_t, int64_t)
+DR_INSTANTIATE(uint64_t, int32_t)
+DR_INSTANTIATE(uint64_t, int64_t)
+#undef DR_INSTANTIATE
+template GpuStatus ThresholdCount<uint16_t>(FloatKind, const uint16_t*, int64_t, uint16_t,
+                                            void*, size_t, void*, int64_t*);
+template GpuStatus ThresholdCount<uint32_t>(FloatKind, const uint32_t*, int64_t, uint32_t,
+                                            void*, size_t, void*, int64_t*);
+template GpuStatus ThresholdCount<uint64_t>(FloatKind, const uint64_t*, int64_t, uint64_t,
+                                            void*, size_t, void*, int64_t*);
+
+}  // namespace gpu
+}  // namespace sparsify
+}  // namespace deepreduce
