@@ -424,7 +424,10 @@ def test_results_independent_of_thread_count(rng):
         for threads in (1, 3):
             res = subprocess.run([sys.executable, "-c", script, str(threads)],
                                  capture_output=True, text=True, timeout=240,
-                                 env=dict(os.environ))
+                                 env=dict(os.environ),
+                                 # not the repository root: `python -c` would
+                                 # import the source tree, which has no library
+                                 cwd=os.path.dirname(path))
             assert res.returncode == 0, res.stderr[-3000:]
             outs.add(res.stdout.strip().splitlines()[-1])
     finally:
