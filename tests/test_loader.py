@@ -220,6 +220,26 @@ def test_import_is_lazy_with_a_good_library(tmp_path):
     assert r["loads"] == [os.path.join(INSTALLED_PKG, "ops", LIB)]
 
 
+FIRST_USE_IN_GRAPH = """
+import numpy as np
+import deepreduce_tf
+
+@tf.function
+def encode(idx):
+    return deepreduce_tf.index.encode("golomb", idx, 100)
+
+out = deepreduce_tf.index.decode("golomb", encode(tf.constant([3, 7, 99], tf.int64)))
+report(out=out.numpy().tolist(), tf_version=deepreduce_tf.built_tf_version())
+"""
+
+
+def test_first_op_call_inside_tf_function(tmp_path):
+    # The loader's version check must not run in the graph being traced.
+    r = run_python(FIRST_USE_IN_GRAPH, cwd=str(tmp_path))
+    assert r["out"] == [3, 7, 99]
+    assert r["tf_version"] == tf.__version__
+
+
 @pytest.mark.parametrize("built,running,ok", [
     ("2.21.0", "2.21.0", True), ("2.21.0", "2.21.3", True), ("2.21.0rc1", "2.21.0", True),
     ("2.20.0", "2.21.0", False), ("2.2.0", "2.21.0", False), ("3.21.0", "2.21.0", False),

@@ -94,7 +94,10 @@ def load():
             except Exception as e:  # TF raises NotFoundError/InvalidArgument.
                 tried.append((path, f"load failed: {type(e).__name__}: {e}"))
                 continue
-            info = json.loads(module.deep_reduce_build_info().numpy().decode())
+            # The first op call may come from inside a tf.function being traced:
+            # run the check eagerly, outside that graph.
+            with tf.init_scope():
+                info = json.loads(module.deep_reduce_build_info().numpy().decode())
             if _minor(info["tf_version"]) != _minor(running):
                 tried.append((path, f"binary reports TensorFlow {info['tf_version']}"))
                 continue
