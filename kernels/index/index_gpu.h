@@ -23,6 +23,7 @@
 #include <cstdint>
 
 #include "kernels/index/golomb.h"
+#include "kernels/index/rle.h"
 
 namespace deepreduce {
 namespace index {
@@ -110,25 +111,26 @@ GpuStatus RleWrite(const int32_t* d_idx, int64_t k, const void* d_scratch,
 GpuStatus RleWrite(const int64_t* d_idx, int64_t k, const void* d_scratch,
                    size_t scratch_bytes, uint8_t* d_body, void* stream);
 
-// Decode: ONE device thread walks the K gaps (a gap's first byte depends on
-// every byte before it, so the format admits no split point without a scan
-// of its own). What went wrong, for the CPU kernel's messages:
-//   kRleOk; kRleBadGap: gap `at` is truncated or not in shortest form;
-//   kRlePastEnd: gap `at` = `gap` runs past n; kRleTrailing: `trailing` bytes
-//   follow the K-th gap.
-enum RleError : int64_t { kRleOk = 0, kRleBadGap = 1, kRlePastEnd = 2, kRleTrailing = 3 };
-struct RleDecodeResult {
-  int64_t error;
-  int64_t at;
-  uint64_t gap;
-  int64_t trailing;
-};
-size_t RleDecodeScratchBytes();
+// Decode, in chunks of kRleChunkBytes body bytes (rle.h: a speculative
+// scan of every chunk from each of the 9 possible entry offsets, one thread
+// resolving the real entries in chunk order, a parallel decode of every chunk,
+// one thread picking the first error in gap order). The result is the
+// sequential decoder's (rle::DecodeResult: kRleOk, kRleBadGap at gap `at`,
+// kRlePastEnd at gap `at` = `gap`, kRleTrailing with `trailing` bytes).
+constexpr int64_t kRleChunkBytes = 1024;
+using RleDecodeResult = rle::DecodeResult;
+constexpr int64_t kRleOk = rle::kOk;
+constexpr int64_t kRleBadGap = rle::kBadGap;
+constexpr int64_t kRlePastEnd = rle::kPastEnd;
+constexpr int64_t kRleTrailing = rle::kTrailing;
+size_t RleDecodeScratchBytes(int64_t body_bytes);
 // Synchronizes. The caller has checked K <= body_bytes.
 GpuStatus RleDecode(const uint8_t* d_body, int64_t body_bytes, int64_t k, uint64_t n,
-                    void* d_scratch, int32_t* d_out, void* stream, RleDecodeResult* result);
+                    void* d_scratch, size_t scratch_bytes, int32_t* d_out, void* stream,
+                    RleDecodeResult* result);
 GpuStatus RleDecode(const uint8_t* d_body, int64_t body_bytes, int64_t k, uint64_t n,
-                    void* d_scratch, int64_t* d_out, void* stream, RleDecodeResult* result);
+                    void* d_scratch, size_t scratch_bytes, int64_t* d_out, void* stream,
+                    RleDecodeResult* result);
 
 // ---------------------------------------------------------------- golomb --
 

@@ -33,6 +33,8 @@ constexpr int kThreads = 256;
 // spread them over the SMs.
 constexpr int kGolombThreads = 64;
 static_assert(kThreads % 32 == 0 && kGolombThreads % 32 == 0, "whole warps");
+// A gap must not skip a whole chunk (rle.h).
+static_assert(kRleChunkBytes >= rle::kEntries, "rle chunks shorter than a gap");
 // Scratch sub-buffers start on this boundary (CUB wants 256-byte alignment).
 constexpr size_t kAlign = 256;
 
@@ -328,40 +330,71 @@ __global__ void __launch_bounds__(kThreads)
   DR_GRID_STRIDE(i, k) { rle::PutGap(body + offsets[i], Gap(idx, i)); }
 }
 
-// One thread: the gaps are sequential by nature (see index_gpu.h).
-template <typename T>
-__global__ void RleDecodeKernel(const uint8_t* body, int64_t bytes, int64_t k, uint64_t n,
-                                T* out, RleDecodeResult* result) {
+// Decode, rle.h's chunk passes. Scan: grid-stride over (chunk, entry)
+// pairs, thread t handles pair t = chunk * 9 + entry, ... .
+__global__ void __launch_bounds__(kThreads)
+    RleScanKernel(const uint8_t* __restrict__ body, int64_t bytes, int64_t chunks,
+                  rle::ChunkScan* __restrict__ scans) {
+  DR_GRID_STRIDE(t, chunks * rle::kEntries) {
+    scans[t] = rle::ScanChunk(body, bytes, kRleChunkBytes, t / rle::kEntries,
+                              static_cast<int>(t % rle::kEntries));
+  }
+}
+
+// One thread: the entries, chunk after chunk (a few operations per chunk).
+__global__ void RleResolveKernel(const rle::ChunkScan* scans, int64_t chunks,
+                                 rle::ChunkPlan* plans, int64_t* totals) {
   if (blockIdx.x != 0 || threadIdx.x != 0) return;
-  const uint8_t* p = body;
-  const uint8_t* end = body + bytes;
-  uint64_t next = 0;  // the smallest value the next index may take
-  RleDecodeResult r{kRleOk, 0, 0, 0};
-  for (int64_t i = 0; i < k; ++i) {
-    uint64_t gap;
-    if (!rle::GetGap(&p, end, &gap)) {
-      r.error = kRleBadGap;
-      r.at = i;
-      *result = r;
-      return;
-    }
-    if (!(gap < n - next)) {
-      r.error = kRlePastEnd;
-      r.at = i;
-      r.gap = gap;
-      *result = r;
-      return;
-    }
-    const uint64_t v = next + gap;
-    out[i] = static_cast<T>(v);
-    next = v + 1;
+  rle::ResolveChunks(scans, chunks, plans, &totals[0], &totals[1]);
+}
+
+// Grid-stride over the chunks: thread t decodes chunk t, ... .
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    RleDecodeChunksKernel(const uint8_t* __restrict__ body, int64_t bytes, int64_t chunks,
+                          const rle::ChunkPlan* __restrict__ plans, int64_t k, uint64_t n,
+                          T* __restrict__ out, rle::ChunkDecode* __restrict__ decoded) {
+  DR_GRID_STRIDE(c, chunks) {
+    decoded[c] = rle::DecodeChunk(body, bytes, kRleChunkBytes, c, plans[c], k, n, out);
   }
-  if (p != end) {
-    r.error = kRleTrailing;
-    r.at = k;
-    r.trailing = end - p;
-  }
-  *result = r;
+}
+
+// One thread: the first error in gap order.
+__global__ void RleFinishKernel(const rle::ChunkDecode* decoded, int64_t chunks, int64_t bytes,
+                                int64_t k, const int64_t* totals, RleDecodeResult* result) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  *result = rle::FinishChunks(decoded, chunks, bytes, k, totals[0], totals[1]);
+}
+
+// Rle decode scratch, each part 256-byte aligned: scans[9 * chunks],
+// plans[chunks], decoded[chunks], totals[2], the result.
+struct RleDecodeScratch {
+  rle::ChunkScan* scans;
+  rle::ChunkPlan* plans;
+  rle::ChunkDecode* decoded;
+  int64_t* totals;
+  RleDecodeResult* result;
+  size_t total_bytes;
+};
+
+RleDecodeScratch RleDecodeLayout(int64_t bytes, void* base) {
+  const int64_t chunks = (bytes + kRleChunkBytes - 1) / kRleChunkBytes;
+  const size_t scans_at = 0;
+  const size_t plans_at =
+      scans_at + AlignUp(sizeof(rle::ChunkScan) * rle::kEntries * static_cast<size_t>(chunks));
+  const size_t decoded_at = plans_at + AlignUp(sizeof(rle::ChunkPlan) * static_cast<size_t>(chunks));
+  const size_t totals_at =
+      decoded_at + AlignUp(sizeof(rle::ChunkDecode) * static_cast<size_t>(chunks));
+  const size_t result_at = totals_at + AlignUp(2 * sizeof(int64_t));
+  char* p = static_cast<char*>(base);
+  RleDecodeScratch s;
+  s.scans = reinterpret_cast<rle::ChunkScan*>(p + scans_at);
+  s.plans = reinterpret_cast<rle::ChunkPlan*>(p + plans_at);
+  s.decoded = reinterpret_cast<rle::ChunkDecode*>(p + decoded_at);
+  s.totals = reinterpret_cast<int64_t*>(p + totals_at);
+  s.result = reinterpret_cast<RleDecodeResult*>(p + result_at);
+  s.total_bytes = result_at + sizeof(RleDecodeResult);
+  return s;
 }
 
 template <typename T>
@@ -401,17 +434,38 @@ GpuStatus RleWriteT(const T* d_idx, int64_t k, const void* d_scratch, size_t scr
 
 template <typename T>
 GpuStatus RleDecodeT(const uint8_t* d_body, int64_t bytes, int64_t k, uint64_t n,
-                     void* d_scratch, T* d_out, void* stream, RleDecodeResult* result) {
-  cudaStream_t s = AsStream(stream);
+                     void* d_scratch, size_t scratch_bytes, T* d_out, void* stream,
+                     RleDecodeResult* result) {
   *result = RleDecodeResult{kRleOk, 0, 0, 0};
-  if (k == 0 && bytes == 0) return Ok();
-  RleDecodeResult* d_result = static_cast<RleDecodeResult*>(d_scratch);
-  RleDecodeKernel<T><<<1, 1, 0, s>>>(d_body, bytes, k, n, d_out, d_result);
-  DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching RleDecodeKernel");
+  if (bytes == 0) return Ok();  // then k == 0 too (checked by the caller)
+  if (k == 0) {                 // what the sequential decoder says, without a launch
+    *result = RleDecodeResult{kRleTrailing, 0, 0, bytes};
+    return Ok();
+  }
+  cudaStream_t s = AsStream(stream);
+  const RleDecodeScratch sc = RleDecodeLayout(bytes, d_scratch);
+  if (scratch_bytes < sc.total_bytes) {
+    return Fail(cudaErrorInvalidValue, "rle scratch is smaller than RleDecodeScratchBytes");
+  }
+  const int64_t chunks = (bytes + kRleChunkBytes - 1) / kRleChunkBytes;
+  int grid = 0;
+  DR_CUDA_RETURN_IF_ERROR(GridSize(RleScanKernel, chunks * rle::kEntries, kThreads, &grid),
+                          "sizing the grid");
+  RleScanKernel<<<grid, kThreads, 0, s>>>(d_body, bytes, chunks, sc.scans);
+  DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching RleScanKernel");
+  RleResolveKernel<<<1, 1, 0, s>>>(sc.scans, chunks, sc.plans, sc.totals);
+  DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching RleResolveKernel");
+  DR_CUDA_RETURN_IF_ERROR(GridSize(RleDecodeChunksKernel<T>, chunks, kThreads, &grid),
+                          "sizing the grid");
+  RleDecodeChunksKernel<T><<<grid, kThreads, 0, s>>>(d_body, bytes, chunks, sc.plans, k, n,
+                                                     d_out, sc.decoded);
+  DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching RleDecodeChunksKernel");
+  RleFinishKernel<<<1, 1, 0, s>>>(sc.decoded, chunks, bytes, k, sc.totals, sc.result);
+  DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching RleFinishKernel");
   DR_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(result, d_result, sizeof(*result), cudaMemcpyDeviceToHost, s),
+      cudaMemcpyAsync(result, sc.result, sizeof(*result), cudaMemcpyDeviceToHost, s),
       "copying the rle result to the host");
-  DR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s), "running RleDecodeKernel");
+  DR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s), "running the rle decode");
   return Ok();
 }
 
@@ -645,7 +699,9 @@ size_t RleEncodeScratchBytes(int64_t k, GpuStatus* status) {
   return sc.total_bytes;
 }
 
-size_t RleDecodeScratchBytes() { return sizeof(RleDecodeResult); }
+size_t RleDecodeScratchBytes(int64_t body_bytes) {
+  return body_bytes == 0 ? 0 : RleDecodeLayout(body_bytes, nullptr).total_bytes;
+}
 
 size_t GolombEncodeScratchBytes(int64_t k, int log2_block, GpuStatus* status) {
   *status = Ok();
@@ -693,8 +749,9 @@ size_t GolombDecodeScratchBytes(int64_t num_blocks) {
     return RleWriteT(d_idx, k, d_scratch, scratch_bytes, d_body, stream);                        \
   }                                                                                              \
   GpuStatus RleDecode(const uint8_t* d_body, int64_t body_bytes, int64_t k, uint64_t n,          \
-                      void* d_scratch, T* d_out, void* stream, RleDecodeResult* result) {        \
-    return RleDecodeT(d_body, body_bytes, k, n, d_scratch, d_out, stream, result);               \
+                      void* d_scratch, size_t scratch_bytes, T* d_out, void* stream,             \
+                      RleDecodeResult* result) {                                                 \
+    return RleDecodeT(d_body, body_bytes, k, n, d_scratch, scratch_bytes, d_out, stream, result); \
   }                                                                                              \
   GpuStatus GolombSize(const T* d_idx, int64_t k, int log2_block, void* d_scratch,               \
                        size_t scratch_bytes, void* stream, int64_t* stream_bytes) {              \

@@ -17,8 +17,9 @@
 //     the body; data-dependent checks (bitmap bit count, int32 order, rle
 //     gaps, golomb blocks) run on the device and come back as an error
 //     record. So every op synchronizes its stream once or twice.
-//   * rle decode runs on ONE device thread: the format has no split points
-//     (see index_gpu.h). It is correct but not fast; prefer golomb on GPUs.
+//   * rle decode has no split points in its format; it is decoded in chunks
+//     speculatively from every possible entry offset (rle.h, index_gpu.h),
+//     with two short single-thread passes over the chunks.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -378,12 +379,14 @@ class DecodeRleGpuOp : public OpKernel {
     const int64_t k = static_cast<int64_t>(h.k);
     Tensor* out_t = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({k}), &out_t));
+    const size_t scratch_bytes = gpu::RleDecodeScratchBytes(static_cast<int64_t>(have));
     Tensor scratch_t;
-    OP_REQUIRES_OK(ctx, AllocateScratch(ctx, gpu::RleDecodeScratchBytes(), &scratch_t));
+    OP_REQUIRES_OK(ctx, AllocateScratch(ctx, scratch_bytes, &scratch_t));
     gpu::RleDecodeResult r;
     OP_REQUIRES_OK(ctx, CudaStatus(gpu::RleDecode(p.body(), static_cast<int64_t>(have), k, h.n,
                                                   scratch_t.flat<uint8_t>().data(),
-                                                  out_t->flat<Tidx>().data(), stream, &r),
+                                                  scratch_bytes, out_t->flat<Tidx>().data(),
+                                                  stream, &r),
                                    "IndexDecodeRle"));
     switch (r.error) {
       case gpu::kRleOk:

@@ -258,9 +258,10 @@ bool GpuDecode(int codec, const Bytes& payload, cudaStream_t s, std::vector<int6
     }
     CheckStatus(gpu::BitmapWrite(d_body, body_bytes, scratch.ptr, sb, d_out.as<T>(), s));
   } else if (codec == kRle) {
-    DeviceBuffer scratch(gpu::RleDecodeScratchBytes());
+    const size_t sb = gpu::RleDecodeScratchBytes(body_bytes);
+    DeviceBuffer scratch(sb);
     gpu::RleDecodeResult r;
-    CheckStatus(gpu::RleDecode(d_body, body_bytes, k, h.n, scratch.ptr, d_out.as<T>(), s, &r));
+    CheckStatus(gpu::RleDecode(d_body, body_bytes, k, h.n, scratch.ptr, sb, d_out.as<T>(), s, &r));
     if (r.error != gpu::kRleOk) {
       *why = "rle error " + std::to_string(r.error) + " at " + std::to_string(r.at);
       return false;
@@ -391,8 +392,103 @@ void RunErrorCases(int codec, cudaStream_t s) {
   Expect(!GpuDecode<T>(codec, p, s, &out, &why), "corrupt body accepted");
 }
 
+// The sequential rle decoder of the CPU kernel.
+rle::DecodeResult SequentialRle(const Bytes& body, int64_t k, uint64_t n,
+                                std::vector<int64_t>* out) {
+  const uint8_t* p = body.data();
+  const uint8_t* end = body.data() + body.size();
+  uint64_t next = 0;
+  out->assign(k, -1);
+  for (int64_t i = 0; i < k; ++i) {
+    uint64_t gap;
+    if (!rle::GetGap(&p, end, &gap)) return {rle::kBadGap, i, 0, 0};
+    if (!(gap < n - next)) return {rle::kPastEnd, i, gap, 0};
+    (*out)[i] = static_cast<int64_t>(next + gap);
+    next += gap + 1;
+  }
+  if (p != end) return {rle::kTrailing, k, 0, end - p};
+  return {rle::kOk, 0, 0, 0};
+}
+
+// The chunked decoder of the GPU kernels, its passes run on the host.
+rle::DecodeResult ChunkedRle(const Bytes& body, int64_t k, uint64_t n, int64_t chunk_bytes,
+                             std::vector<int64_t>* out) {
+  const int64_t bytes = static_cast<int64_t>(body.size());
+  out->assign(k, -1);
+  if (bytes == 0 && k == 0) return {rle::kOk, 0, 0, 0};
+  const int64_t chunks = (bytes + chunk_bytes - 1) / chunk_bytes;
+  std::vector<rle::ChunkScan> scans(chunks * rle::kEntries);
+  for (int64_t t = 0; t < chunks * rle::kEntries; ++t) {
+    scans[t] = rle::ScanChunk(body.data(), bytes, chunk_bytes, t / rle::kEntries,
+                              static_cast<int>(t % rle::kEntries));
+  }
+  std::vector<rle::ChunkPlan> plans(chunks);
+  int64_t total = 0, bad = 0;
+  rle::ResolveChunks(scans.data(), chunks, plans.data(), &total, &bad);
+  std::vector<rle::ChunkDecode> dec(chunks);
+  for (int64_t c = chunks - 1; c >= 0; --c) {  // any order
+    dec[c] = rle::DecodeChunk(body.data(), bytes, chunk_bytes, c, plans[c], k, n, out->data());
+  }
+  return rle::FinishChunks(dec.data(), chunks, bytes, k, total, bad);
+}
+
+// Random rle bodies - valid, truncated, extended, bit-flipped, random - with
+// right and wrong K and n: the chunked decoder says what the sequential one
+// says, and decodes the same indices.
+bool RleChunkedMatchesSequential() {
+  std::mt19937_64 rng(5);
+  int checked = 0;
+  int64_t outcomes[4] = {0, 0, 0, 0};  // by rle::DecodeError
+  for (int trial = 0; trial < 4000; ++trial) {
+    const int64_t n = 50 + static_cast<int64_t>(rng() % 5000);
+    std::vector<int64_t> idx = RandomSet(rng, n, 0.002 * (1 + rng() % 300));
+    if (trial % 7 == 0 && !idx.empty()) idx.back() = n - 1;
+    if (trial % 11 == 0) idx = {static_cast<int64_t>(rng() % (int64_t{1} << 40))};
+    const int64_t nn = trial % 11 == 0 ? (int64_t{1} << 40) + 1 : n;
+    const Bytes full = RefEncode(kRle, idx, nn, 0);
+    Bytes body(full.begin() + ix::CommonHeaderSize(nn, idx.size()), full.end());
+    int64_t k = static_cast<int64_t>(idx.size());
+    uint64_t n_claim = nn;
+    switch (trial % 6) {
+      case 1: body.resize(rng() % (body.size() + 1)); break;
+      case 2: for (int e = 0; e < 1 + static_cast<int>(rng() % 12); ++e) body.push_back(rng()); break;
+      case 3: if (!body.empty()) body[rng() % body.size()] ^= 1 << (rng() % 8); break;
+      case 4: for (auto& b : body) b = static_cast<uint8_t>(rng() % 3 == 0 ? 240 + rng() % 16 : rng()); break;
+      case 5: k += static_cast<int64_t>(rng() % 5) - 2; n_claim = rng() % (nn + 2); break;
+      default: break;
+    }
+    if (k < 0) k = 0;
+    if (k > static_cast<int64_t>(body.size())) k = static_cast<int64_t>(body.size());
+    std::vector<int64_t> want_out, got_out;
+    const rle::DecodeResult want = SequentialRle(body, k, n_claim, &want_out);
+    ++outcomes[want.error];
+    for (int64_t chunk : {9, 10, 16, 33, 1024}) {
+      const rle::DecodeResult got = ChunkedRle(body, k, n_claim, chunk, &got_out);
+      if (got.error != want.error || got.at != want.at || got.gap != want.gap ||
+          got.trailing != want.trailing || (want.error == rle::kOk && got_out != want_out)) {
+        std::printf("rle chunked decode differs: trial %d chunk %lld: error %lld/%lld at "
+                    "%lld/%lld gap %llu/%llu trailing %lld/%lld\n",
+                    trial, static_cast<long long>(chunk), static_cast<long long>(got.error),
+                    static_cast<long long>(want.error), static_cast<long long>(got.at),
+                    static_cast<long long>(want.at), static_cast<unsigned long long>(got.gap),
+                    static_cast<unsigned long long>(want.gap),
+                    static_cast<long long>(got.trailing), static_cast<long long>(want.trailing));
+        return false;
+      }
+      ++checked;
+    }
+  }
+  std::printf("rle chunked decode == sequential decode on %d (body, K, n, chunk) cases "
+              "(bodies: %lld ok, %lld bad gap, %lld past n, %lld trailing)\n",
+              checked, static_cast<long long>(outcomes[0]), static_cast<long long>(outcomes[1]),
+              static_cast<long long>(outcomes[2]), static_cast<long long>(outcomes[3]));
+  return true;
+}
+
 // Host-only checks (run without a GPU): the rle reference decodes back
-// through the shared header, and golomb::TableByte - the per-byte table
+// through the shared header, the chunked rle decode of the GPU (rle.h's
+// passes, run here on the host) agrees with the sequential one on valid and
+// corrupt bodies, and golomb::TableByte - the per-byte table
 // assembly of the GPU encoder - gives the bytes of the CPU's BitWriter for
 // many layouts (field widths crossing bytes, entries wider than 64 bits).
 bool HostSelfCheck() {
@@ -409,6 +505,7 @@ bool HostSelfCheck() {
     next = v + 1;
   }
   if (p != r.data() + r.size()) return false;
+  if (!RleChunkedMatchesSequential()) return false;
 
   for (int trial = 0; trial < 300; ++trial) {
     const int log2_block = 4 + static_cast<int>(rng() % 3);
