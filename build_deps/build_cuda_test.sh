@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Builds the standalone CUDA test of the Bloom-filter kernels (no TensorFlow):
-# tests/cuda/bloom_cuda_test.cu + kernels/bloom/bloom_kernels.cu, compiled by
-# nvcc for the architectures of the op library (sm_75..sm_90 + PTX, or
-# DEEPREDUCE_TF_CUDA_ARCHS), into build/cuda_test/bloom_cuda_test.
-#   bash build_deps/build_cuda_test.sh          # build; run it if a GPU is present
+# Builds the standalone CUDA tests (no TensorFlow): every tests/cuda/X_cuda_test.cu
+# with the CUDA kernels of its family, kernels/X/*.cu, compiled by nvcc for the
+# architectures of the op library (sm_75..sm_90 + PTX, or
+# DEEPREDUCE_TF_CUDA_ARCHS), into build/cuda_test/X_cuda_test.
+#   bash build_deps/build_cuda_test.sh          # build; run them if a GPU is present
 #   bash build_deps/build_cuda_test.sh --run    # build and always run
 #   bash build_deps/build_cuda_test.sh --no-run # build only
-# The test exits 0 (all passed), 1 (a mismatch) or 77 (no CUDA device: skipped).
+# Each test exits 0 (all passed), 1 (a mismatch) or 77 (no CUDA device:
+# skipped). When run, this script exits 1 if any test failed, 77 if all
+# skipped, 0 otherwise.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode="${1:-auto}"
@@ -34,12 +36,22 @@ GENCODE+=("-gencode=arch=compute_${last},code=compute_${last}")
 
 OUT=build/cuda_test
 mkdir -p "$OUT"
-set -x
-"$NVCC" -std=c++17 -O2 -I. --expt-relaxed-constexpr "${GENCODE[@]}" \
-  tests/cuda/bloom_cuda_test.cu kernels/bloom/bloom_kernels.cu \
-  -o "$OUT/bloom_cuda_test"
-{ set +x; } 2>/dev/null
-echo "built $OUT/bloom_cuda_test"
+built=()
+for test_src in tests/cuda/*_cuda_test.cu; do
+  name="$(basename "$test_src" .cu)"
+  family="${name%_cuda_test}"
+  kernels=(kernels/"$family"/*.cu)
+  if [ ! -e "${kernels[0]}" ]; then
+    echo "$test_src: no kernels/$family/*.cu to test" >&2
+    exit 1
+  fi
+  set -x
+  "$NVCC" -std=c++17 -O2 -I. --expt-relaxed-constexpr "${GENCODE[@]}" \
+    "$test_src" "${kernels[@]}" -o "$OUT/$name"
+  { set +x; } 2>/dev/null
+  echo "built $OUT/$name"
+  built+=("$OUT/$name")
+done
 
 run=0
 if [ "$mode" = "--run" ]; then
@@ -47,7 +59,20 @@ if [ "$mode" = "--run" ]; then
 elif [ "$mode" = "auto" ] && command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
   run=1
 fi
-if [ "$run" = 1 ]; then
-  exec "$OUT/bloom_cuda_test"
+if [ "$run" = 0 ]; then
+  echo "no GPU found (nvidia-smi): not running them; on a GPU machine run: ${built[*]}"
+  exit 0
 fi
-echo "no GPU found (nvidia-smi): not running it; on a GPU machine run $OUT/bloom_cuda_test"
+failed=0 skipped=0
+for t in "${built[@]}"; do
+  rc=0
+  "$t" || rc=$?
+  case "$rc" in
+    0) ;;
+    77) skipped=$((skipped + 1)) ;;
+    *) echo "$t failed (exit $rc)" >&2; failed=$((failed + 1)) ;;
+  esac
+done
+if [ "$failed" -gt 0 ]; then exit 1; fi
+if [ "$skipped" -eq "${#built[@]}" ]; then exit 77; fi
+exit 0

@@ -131,6 +131,38 @@ DR_HOST_DEVICE void EncodeBlock(const T* idx, uint64_t count, int r, uint8_t* ou
   w.Flush();
 }
 
+// Byte j of the block table, computed on its own (one GPU thread per byte):
+// table bit g belongs to entry e = g / E (E = entry_bits) at bit r = g % E,
+// whose fields are, LSB first, first (w_idx bits), offset (w_off bits) and
+// the Rice parameter (6 bits); bits past nb * E are the zero padding. The
+// same bytes as a BitWriter writing the entries in order (PutWide, PutWide,
+// Put, Flush), which the CPU encoder does.
+template <typename T, typename Toff, typename Tparam>
+DR_HOST_DEVICE uint8_t TableByte(const Layout& l, const T* idx, const Toff* off,
+                                 const Tparam* param, uint64_t j) {
+  const uint64_t entry_bits = static_cast<uint64_t>(l.entry_bits);
+  const uint64_t total_bits = l.num_blocks * entry_bits;
+  const uint64_t w_idx = static_cast<uint64_t>(l.w_idx);
+  const uint64_t w_off = static_cast<uint64_t>(l.w_off);
+  uint32_t byte = 0;
+  for (int t = 0; t < 8; ++t) {
+    const uint64_t g = 8 * j + t;
+    if (g >= total_bits) break;
+    const uint64_t e = g / entry_bits;
+    const uint64_t r = g - e * entry_bits;
+    uint64_t v;
+    if (r < w_idx) {
+      v = static_cast<uint64_t>(idx[e << l.log2_block]) >> r;
+    } else if (r < w_idx + w_off) {
+      v = static_cast<uint64_t>(off[e]) >> (r - w_idx);
+    } else {
+      v = static_cast<uint64_t>(param[e]) >> (r - w_idx - w_off);
+    }
+    byte |= static_cast<uint32_t>(v & 1) << t;
+  }
+  return static_cast<uint8_t>(byte);
+}
+
 // Decodes one block of `count` indices from [begin, end) into out. first is
 // the block's first index (< upper, checked with the table); every decoded
 // index must stay below `upper` (the next block's first index, or n). False

@@ -69,16 +69,8 @@ absl::Status ValidateSorted(OpKernelContext* ctx, const T* idx, int64_t k, int64
   });
   const int64_t bad = first_bad.load();
   if (bad == k) return absl::OkStatus();
-  const int64_t v = static_cast<int64_t>(idx[bad]);
-  if (v < 0 || v >= n) {
-    return Invalid(std::string(name) + "[" + std::to_string(bad) + "] = " +
-                   std::to_string(v) + " is outside [0, universe_size=" +
-                   std::to_string(n) + ")");
-  }
-  return Invalid(std::string(name) + " must be strictly increasing (sorted, distinct), but " +
-                 name + "[" + std::to_string(bad - 1) + "] = " +
-                 std::to_string(static_cast<int64_t>(idx[bad - 1])) + " >= " + name + "[" +
-                 std::to_string(bad) + "] = " + std::to_string(v));
+  return SortedError(name, bad, bad > 0 ? static_cast<int64_t>(idx[bad - 1]) : 0,
+                     static_cast<int64_t>(idx[bad]), n);
 }
 
 // ---------------------------------------------------------------------------
@@ -458,7 +450,6 @@ class DecodeGolombOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ParseGolombLayout(h, body, end, &layout, &table, &stream));
     const int64_t blocks = static_cast<int64_t>(layout.num_blocks);
     const int log2_block = layout.log2_block;
-    const uint64_t s = layout.stream_bytes;
 
     // Table: (first, offset, parameter) per block, checked before any block
     // is decoded; offsets gain a sentinel at S.
@@ -468,32 +459,7 @@ class DecodeGolombOp : public OpKernel {
     uint64_t* first = tab_t.flat<uint64_t>().data();
     uint64_t* off = first + blocks;
     uint64_t* param = off + blocks + 1;
-    BitReader tr(table, stream);
-    for (int64_t b = 0; b < blocks; ++b) {
-      // The table's length was checked against the buffer: these reads succeed.
-      tr.GetWide(layout.w_idx, &first[b]);
-      tr.GetWide(layout.w_off, &off[b]);
-      tr.Get(golomb::kRiceParamBits, &param[b]);
-      const uint64_t count = golomb::BlockCount(h.k, log2_block, b);
-      const uint64_t lowest = b == 0 ? 0 : first[b - 1] + golomb::BlockCount(h.k, log2_block, b - 1);
-      OP_REQUIRES(ctx, param[b] <= golomb::kMaxRiceParam,
-                  Invalid("golomb payload block " + std::to_string(b) + " has Rice parameter " +
-                          std::to_string(param[b]) + " > 56; the payload is corrupt"));
-      OP_REQUIRES(ctx, (b == 0 ? off[b] == 0 : off[b] >= off[b - 1]) && off[b] <= s,
-                  Invalid("golomb payload block " + std::to_string(b) + " starts at stream byte " +
-                          std::to_string(off[b]) + ", outside its predecessor's end .. S=" +
-                          std::to_string(s) + "; the payload is corrupt"));
-      OP_REQUIRES(ctx, first[b] >= lowest && first[b] < h.n && count <= h.n - first[b],
-                  Invalid("golomb payload block " + std::to_string(b) + " starts at index " +
-                          std::to_string(first[b]) + ", which leaves no room for its " +
-                          std::to_string(count) + " indices between the previous block and n=" +
-                          std::to_string(h.n) + "; the payload is corrupt"));
-    }
-    off[blocks] = s;
-    tr.Refill();
-    OP_REQUIRES(ctx, tr.AtPaddedEnd(),
-                Invalid("golomb payload has non-zero padding after its block table; "
-                        "it is corrupt"));
+    OP_REQUIRES_OK(ctx, ParseGolombTable(h, layout, table, stream, first, off, param));
 
     Tensor* out_t = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({static_cast<int64_t>(h.k)}),
@@ -513,13 +479,7 @@ class DecodeGolombOp : public OpKernel {
       }
     });
     const int64_t bad = first_bad.load();
-    OP_REQUIRES(ctx, bad == blocks,
-                Invalid("golomb payload block " + std::to_string(bad) + " of " +
-                        std::to_string(blocks) + " is corrupt: its " +
-                        std::to_string(off[bad + 1] - off[bad]) +
-                        " stream bytes do not decode to exactly " +
-                        std::to_string(golomb::BlockCount(h.k, log2_block, bad)) +
-                        " increasing indices below the next block's first index"));
+    OP_REQUIRES(ctx, bad == blocks, GolombBlockError(h, layout, off, bad));
   }
 };
 

@@ -1,42 +1,486 @@
-// CUDA kernels of the golomb index codec behind the plain launchers of
-// index_gpu.h. No TensorFlow headers. The per-block logic is golomb.h's,
-// shared with the CPU kernels.
+// CUDA kernels of the lossless index codecs behind the plain launchers of
+// index_gpu.h. No TensorFlow headers: memory and the stream come from the
+// caller. The per-element and per-block code (varints, rle gaps, golomb
+// blocks, the LSB-first bit layout) is that of the codec headers, shared with
+// the CPU kernels, so both write the same bytes.
 #include <cstdint>
 
+// This library's CUB lives in its own namespace (as in bloom_kernels.cu), so
+// that its kernels cannot collide with those of another CUB (TensorFlow's,
+// another op library's) loaded into the same process.
+#define CUB_WRAPPED_NAMESPACE deepreduce_cub
+#include <cub/device/device_scan.cuh>
 #include <cuda_runtime.h>
 
+#include "kernels/common/bit_io.h"
 #include "kernels/index/golomb.h"
+#include "kernels/index/index_format.h"
 #include "kernels/index/index_gpu.h"
+#include "kernels/index/rle.h"
 
 namespace deepreduce {
 namespace index {
 namespace gpu {
 namespace {
 
-// Threads per CUDA block: a multiple of the warp size. One thread owns one
-// golomb block (1024 indices by default), so a 25 M-position tensor at 1 %
-// has ~250 busy threads: the kernels are latency-bound and a single wave of
-// small CUDA blocks spreads them over the SMs.
-constexpr int kThreads = 64;
-static_assert(kThreads % 32 == 0, "kThreads must be whole warps");
+// Threads per CUDA block of the element-wise kernels: a multiple of the warp
+// size; the grid is one wave from the occupancy API (grid-stride loops do the
+// rest).
+constexpr int kThreads = 256;
+// Threads per CUDA block of the golomb kernels, where one thread owns one
+// golomb block (1024 indices by default): a 25 M-position tensor at 1 % has
+// ~250 busy threads, so the kernels are latency-bound and small CUDA blocks
+// spread them over the SMs.
+constexpr int kGolombThreads = 64;
+static_assert(kThreads % 32 == 0 && kGolombThreads % 32 == 0, "whole warps");
+// A gap must not skip a whole chunk (rle.h).
+static_assert(kRleChunkBytes >= rle::kEntries, "rle chunks shorter than a gap");
+// Scratch sub-buffers start on this boundary (CUB wants 256-byte alignment).
+constexpr size_t kAlign = 256;
+
+size_t AlignUp(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 
 GpuStatus Ok() { return GpuStatus{0, ""}; }
-GpuStatus Check(const char* step) {
-  const cudaError_t e = cudaGetLastError();
-  return GpuStatus{static_cast<int>(e), e == cudaSuccess ? "" : step};
+GpuStatus Fail(cudaError_t e, const char* step) { return GpuStatus{static_cast<int>(e), step}; }
+#define DR_CUDA_RETURN_IF_ERROR(expr, step)                    \
+  do {                                                         \
+    const cudaError_t dr_err_ = (expr);                        \
+    if (dr_err_ != cudaSuccess) return Fail(dr_err_, step);    \
+  } while (0)
+
+cudaStream_t AsStream(void* stream) { return static_cast<cudaStream_t>(stream); }
+
+// CUDA blocks of `threads` threads for `items` work items: at most one full
+// wave (SMs x resident blocks per SM), at least one block.
+template <typename Kernel>
+cudaError_t GridSize(Kernel kernel, int64_t items, int threads, int* grid) {
+  int device = 0, sms = 0, per_sm = 0;
+  cudaError_t e = cudaGetDevice(&device);
+  if (e != cudaSuccess) return e;
+  e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (e != cudaSuccess) return e;
+  e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0);
+  if (e != cudaSuccess) return e;
+  const int64_t wave = static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1);
+  const int64_t need = (items + threads - 1) / threads;
+  const int64_t g = need < wave ? need : wave;
+  *grid = static_cast<int>(g < 1 ? 1 : g);
+  return cudaSuccess;
 }
 
-int Grid(int64_t blocks) {
-  const int64_t g = (blocks + kThreads - 1) / kThreads;
-  return static_cast<int>(g < 65535 ? (g < 1 ? 1 : g) : 65535);
+#define DR_GRID_STRIDE(i, count)                                                   \
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; \
+       i < (count); i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
+// Bytes needed by CUB's exclusive sum of `count` int64 values.
+cudaError_t ScanTempBytes(int64_t count, size_t* bytes) {
+  *bytes = 0;
+  return deepreduce_cub::cub::DeviceScan::ExclusiveSum(
+      nullptr, *bytes, static_cast<const int64_t*>(nullptr), static_cast<int64_t*>(nullptr),
+      count);
 }
 
-// Grid-stride loops: thread t handles golomb blocks t, t + stride, ...
+// A scratch of `count` int64 values, their exclusive scan, and CUB's
+// workspace. counts[count - 1] is the caller's zero sentinel, so that
+// offsets[count - 1] is the total.
+struct ScanScratch {
+  int64_t* counts;
+  int64_t* offsets;
+  void* cub_temp;
+  size_t cub_bytes;
+  size_t total_bytes;
+};
+
+cudaError_t ScanLayout(int64_t count, size_t head_bytes, void* base, ScanScratch* s) {
+  cudaError_t e = ScanTempBytes(count, &s->cub_bytes);
+  if (e != cudaSuccess) return e;
+  const size_t scan_bytes = AlignUp(sizeof(int64_t) * static_cast<size_t>(count));
+  const size_t counts_at = AlignUp(head_bytes);
+  const size_t offsets_at = counts_at + scan_bytes;
+  const size_t cub_at = offsets_at + scan_bytes;
+  s->total_bytes = cub_at + s->cub_bytes;
+  char* p = static_cast<char*>(base);
+  s->counts = reinterpret_cast<int64_t*>(p + counts_at);
+  s->offsets = reinterpret_cast<int64_t*>(p + offsets_at);
+  s->cub_temp = p + cub_at;
+  return cudaSuccess;
+}
+
+// Clears the sentinel counts[count - 1], scans, and copies the total to the
+// host. Synchronizes.
+GpuStatus ScanAndTotal(const ScanScratch& sc, int64_t count, cudaStream_t s, int64_t* total) {
+  DR_CUDA_RETURN_IF_ERROR(
+      cudaMemsetAsync(sc.counts + count - 1, 0, sizeof(int64_t), s), "clearing the scan sentinel");
+  size_t cub_bytes = sc.cub_bytes;
+  DR_CUDA_RETURN_IF_ERROR(deepreduce_cub::cub::DeviceScan::ExclusiveSum(
+                              sc.cub_temp, cub_bytes, sc.counts, sc.offsets, count, s),
+                          "scanning the sizes");
+  DR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(total, sc.offsets + count - 1, sizeof(int64_t),
+                                          cudaMemcpyDeviceToHost, s),
+                          "copying the total to the host");
+  DR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s), "running the size pass");
+  return Ok();
+}
+
+// ----------------------------------------------------------------- misc --
+
+struct SmallBytes {
+  uint8_t b[kMaxWriteBytes];
+};
+
+// Thread t writes byte t.
+__global__ void WriteBytesKernel(SmallBytes bytes, int len, uint8_t* dst) {
+  const int t = threadIdx.x;
+  if (t < len) dst[t] = bytes.b[t];
+}
+
+// ------------------------------------------------------------ validation --
+
+// Grid-stride over the k indices: thread t checks indices t, t + stride, ...
+// against the range and their predecessor; failures lower *first_bad.
 template <typename T>
-__global__ void PlanKernel(const T* idx, int64_t k, int log2_block, int64_t blocks,
-                           int32_t* param, int64_t* bytes) {
-  for (int64_t b = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; b < blocks;
-       b += int64_t{gridDim.x} * blockDim.x) {
+__global__ void __launch_bounds__(kThreads)
+    ValidateKernel(const T* __restrict__ idx, int64_t k, int64_t n,
+                   unsigned long long* __restrict__ first_bad) {
+  DR_GRID_STRIDE(i, k) {
+    const int64_t v = static_cast<int64_t>(idx[i]);
+    if (v < 0 || v >= n || (i > 0 && static_cast<int64_t>(idx[i - 1]) >= v)) {
+      atomicMin(first_bad, static_cast<unsigned long long>(i));
+    }
+  }
+}
+
+template <typename T>
+GpuStatus Validate(const T* d_idx, int64_t k, int64_t n, void* d_scratch, void* stream,
+                   SortedCheck* r) {
+  cudaStream_t s = AsStream(stream);
+  r->first_bad = k;
+  r->value = 0;
+  r->prev = 0;
+  if (k == 0) return Ok();
+  unsigned long long* flag = static_cast<unsigned long long*>(d_scratch);
+  DR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flag, 0xff, sizeof(*flag), s), "clearing the error flag");
+  int grid = 0;
+  DR_CUDA_RETURN_IF_ERROR(GridSize(ValidateKernel<T>, k, kThreads, &grid), "sizing the check grid");
+  ValidateKernel<T><<<grid, kThreads, 0, s>>>(d_idx, k, n, flag);
+  DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching ValidateKernel");
+  unsigned long long bad = 0;
+  DR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&bad, flag, sizeof(bad), cudaMemcpyDeviceToHost, s),
+                          "copying the error flag to the host");
+  DR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s), "checking the indices");
+  if (bad >= static_cast<unsigned long long>(k)) return Ok();
+  T vals[2] = {0, 0};  // idx[bad - 1], idx[bad]
+  const int64_t from = bad > 0 ? static_cast<int64_t>(bad) - 1 : 0;
+  const int count = bad > 0 ? 2 : 1;
+  DR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(bad > 0 ? vals : vals + 1, d_idx + from,
+                                          sizeof(T) * count, cudaMemcpyDeviceToHost, s),
+                          "copying the bad index to the host");
+  DR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s), "copying the bad index");
+  r->first_bad = static_cast<int64_t>(bad);
+  r->prev = static_cast<int64_t>(vals[0]);
+  r->value = static_cast<int64_t>(vals[1]);
+  return Ok();
+}
+
+// ----------------------------------------------------------------- int32 --
+
+// Grid-stride over the k indices: thread t writes / reads word t, t + stride...
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    Int32EncodeKernel(const T* __restrict__ idx, int64_t k, uint8_t* __restrict__ body) {
+  DR_GRID_STRIDE(i, k) { StoreLE32(body + 4 * i, static_cast<uint32_t>(idx[i])); }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    Int32DecodeKernel(const uint8_t* __restrict__ body, int64_t k, T* __restrict__ out) {
+  DR_GRID_STRIDE(i, k) { out[i] = static_cast<T>(static_cast<int32_t>(LoadLE32(body + 4 * i))); }
+}
+
+template <typename T>
+GpuStatus Int32EncodeT(const T* d_idx, int64_t k, uint8_t* d_body, void* stream) {
+  if (k == 0) return Ok();
+  int grid = 0;
+  DR_CUDA_RETURN_IF_ERROR(GridSize(Int32EncodeKernel<T>, k, kThreads, &grid), "sizing the grid");
+  Int32EncodeKernel<T><<<grid, kThreads, 0, AsStream(stream)>>>(d_idx, k, d_body);
+  DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching Int32EncodeKernel");
+  return Ok();
+}
+
+template <typename T>
+GpuStatus Int32DecodeT(const uint8_t* d_body, int64_t k, T* d_out, void* stream) {
+  if (k == 0) return Ok();
+  int grid = 0;
+  DR_CUDA_RETURN_IF_ERROR(GridSize(Int32DecodeKernel<T>, k, kThreads, &grid), "sizing the grid");
+  Int32DecodeKernel<T><<<grid, kThreads, 0, AsStream(stream)>>>(d_body, k, d_out);
+  DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching Int32DecodeKernel");
+  return Ok();
+}
+
+// ---------------------------------------------------------------- bitmap --
+
+// Grid-stride over the k (validated, distinct) indices: thread t sets bit
+// idx[t] % 32 of word idx[t] / 32, ... . Bit j of the little-endian words is
+// bit j % 8 of byte j / 8: the bitmap body's layout.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    BitmapSetKernel(const T* __restrict__ idx, int64_t k, uint32_t* __restrict__ words) {
+  DR_GRID_STRIDE(i, k) {
+    const uint64_t v = static_cast<uint64_t>(idx[i]);
+    atomicOr(&words[v >> 5], 1u << (v & 31));
+  }
+}
+
+int64_t BitmapWords(int64_t bytes) { return (bytes + 3) / 4; }
+
+// Word w of a body at any alignment: its bytes 4w .. 4w + 3 that exist.
+__device__ __forceinline__ uint32_t LoadBodyWord(const uint8_t* body, int64_t bytes, int64_t w) {
+  const int64_t at = 4 * w;
+  if (at + 4 <= bytes) return LoadLE32(body + at);
+  uint32_t x = 0;
+  for (int j = 0; at + j < bytes; ++j) x |= static_cast<uint32_t>(body[at + j]) << (8 * j);
+  return x;
+}
+
+// Grid-stride over the words of the body: thread t counts word t's bits, ...
+__global__ void __launch_bounds__(kThreads)
+    BitmapCountKernel(const uint8_t* __restrict__ body, int64_t bytes, int64_t words,
+                      int64_t* __restrict__ counts) {
+  DR_GRID_STRIDE(w, words) { counts[w] = __popc(LoadBodyWord(body, bytes, w)); }
+}
+
+// Grid-stride over the words: thread t writes word t's positions, ascending,
+// from the exclusive prefix sum of the counts.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    BitmapCompactKernel(const uint8_t* __restrict__ body, int64_t bytes, int64_t words,
+                        const int64_t* __restrict__ offsets, T* __restrict__ out) {
+  DR_GRID_STRIDE(w, words) {
+    uint32_t x = LoadBodyWord(body, bytes, w);
+    int64_t o = offsets[w];
+    while (x) {
+      out[o++] = static_cast<T>(32 * w + (__ffs(x) - 1));
+      x &= x - 1;
+    }
+  }
+}
+
+template <typename T>
+GpuStatus BitmapEncodeT(const T* d_idx, int64_t k, int64_t n, void* d_scratch,
+                        size_t scratch_bytes, uint8_t* d_body, void* stream) {
+  cudaStream_t s = AsStream(stream);
+  if (n == 0) return Ok();
+  if (scratch_bytes < BitmapEncodeScratchBytes(n)) {
+    return Fail(cudaErrorInvalidValue, "bitmap scratch is smaller than BitmapEncodeScratchBytes(n)");
+  }
+  uint32_t* words = static_cast<uint32_t*>(d_scratch);
+  DR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(words, 0, BitmapEncodeScratchBytes(n), s),
+                          "clearing the bitmap");
+  if (k > 0) {
+    int grid = 0;
+    DR_CUDA_RETURN_IF_ERROR(GridSize(BitmapSetKernel<T>, k, kThreads, &grid), "sizing the grid");
+    BitmapSetKernel<T><<<grid, kThreads, 0, s>>>(d_idx, k, words);
+    DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching BitmapSetKernel");
+  }
+  DR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_body, words, BitmapBytes(static_cast<uint64_t>(n)),
+                                          cudaMemcpyDeviceToDevice, s),
+                          "copying the bitmap into the payload");
+  return Ok();
+}
+
+template <typename T>
+GpuStatus BitmapWriteT(const uint8_t* d_body, int64_t bytes, const void* d_scratch,
+                       size_t scratch_bytes, T* d_out, void* stream) {
+  if (bytes == 0) return Ok();
+  const int64_t words = BitmapWords(bytes);
+  ScanScratch sc;
+  DR_CUDA_RETURN_IF_ERROR(ScanLayout(words + 1, 0, const_cast<void*>(d_scratch), &sc),
+                          "sizing the bitmap scratch");
+  if (scratch_bytes < sc.total_bytes) {
+    return Fail(cudaErrorInvalidValue, "bitmap scratch is smaller than BitmapDecodeScratchBytes");
+  }
+  int grid = 0;
+  DR_CUDA_RETURN_IF_ERROR(GridSize(BitmapCompactKernel<T>, words, kThreads, &grid),
+                          "sizing the grid");
+  BitmapCompactKernel<T><<<grid, kThreads, 0, AsStream(stream)>>>(d_body, bytes, words,
+                                                                  sc.offsets, d_out);
+  DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching BitmapCompactKernel");
+  return Ok();
+}
+
+// ------------------------------------------------------------------- rle --
+
+template <typename T>
+__device__ __forceinline__ uint64_t Gap(const T* idx, int64_t i) {
+  return i == 0 ? static_cast<uint64_t>(idx[0])
+                : static_cast<uint64_t>(idx[i]) - static_cast<uint64_t>(idx[i - 1]) - 1;
+}
+
+// Grid-stride over the k indices: thread t sizes / writes index t's gap, ...
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    RleSizeKernel(const T* __restrict__ idx, int64_t k, int64_t* __restrict__ sizes) {
+  DR_GRID_STRIDE(i, k) { sizes[i] = rle::GapSize(Gap(idx, i)); }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    RleWriteKernel(const T* __restrict__ idx, int64_t k, const int64_t* __restrict__ offsets,
+                   uint8_t* __restrict__ body) {
+  DR_GRID_STRIDE(i, k) { rle::PutGap(body + offsets[i], Gap(idx, i)); }
+}
+
+// Decode, rle.h's chunk passes. Scan: grid-stride over (chunk, entry)
+// pairs, thread t handles pair t = chunk * 9 + entry, ... .
+__global__ void __launch_bounds__(kThreads)
+    RleScanKernel(const uint8_t* __restrict__ body, int64_t bytes, int64_t chunks,
+                  rle::ChunkScan* __restrict__ scans) {
+  DR_GRID_STRIDE(t, chunks * rle::kEntries) {
+    scans[t] = rle::ScanChunk(body, bytes, kRleChunkBytes, t / rle::kEntries,
+                              static_cast<int>(t % rle::kEntries));
+  }
+}
+
+// One thread: the entries, chunk after chunk (a few operations per chunk).
+__global__ void RleResolveKernel(const rle::ChunkScan* scans, int64_t chunks,
+                                 rle::ChunkPlan* plans, int64_t* totals) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  rle::ResolveChunks(scans, chunks, plans, &totals[0], &totals[1]);
+}
+
+// Grid-stride over the chunks: thread t decodes chunk t, ... .
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    RleDecodeChunksKernel(const uint8_t* __restrict__ body, int64_t bytes, int64_t chunks,
+                          const rle::ChunkPlan* __restrict__ plans, int64_t k, uint64_t n,
+                          T* __restrict__ out, rle::ChunkDecode* __restrict__ decoded) {
+  DR_GRID_STRIDE(c, chunks) {
+    decoded[c] = rle::DecodeChunk(body, bytes, kRleChunkBytes, c, plans[c], k, n, out);
+  }
+}
+
+// One thread: the first error in gap order.
+__global__ void RleFinishKernel(const rle::ChunkDecode* decoded, int64_t chunks, int64_t bytes,
+                                int64_t k, const int64_t* totals, RleDecodeResult* result) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  *result = rle::FinishChunks(decoded, chunks, bytes, k, totals[0], totals[1]);
+}
+
+// Rle decode scratch, each part 256-byte aligned: scans[9 * chunks],
+// plans[chunks], decoded[chunks], totals[2], the result.
+struct RleDecodeScratch {
+  rle::ChunkScan* scans;
+  rle::ChunkPlan* plans;
+  rle::ChunkDecode* decoded;
+  int64_t* totals;
+  RleDecodeResult* result;
+  size_t total_bytes;
+};
+
+RleDecodeScratch RleDecodeLayout(int64_t bytes, void* base) {
+  const int64_t chunks = (bytes + kRleChunkBytes - 1) / kRleChunkBytes;
+  const size_t scans_at = 0;
+  const size_t plans_at =
+      scans_at + AlignUp(sizeof(rle::ChunkScan) * rle::kEntries * static_cast<size_t>(chunks));
+  const size_t decoded_at = plans_at + AlignUp(sizeof(rle::ChunkPlan) * static_cast<size_t>(chunks));
+  const size_t totals_at =
+      decoded_at + AlignUp(sizeof(rle::ChunkDecode) * static_cast<size_t>(chunks));
+  const size_t result_at = totals_at + AlignUp(2 * sizeof(int64_t));
+  char* p = static_cast<char*>(base);
+  RleDecodeScratch s;
+  s.scans = reinterpret_cast<rle::ChunkScan*>(p + scans_at);
+  s.plans = reinterpret_cast<rle::ChunkPlan*>(p + plans_at);
+  s.decoded = reinterpret_cast<rle::ChunkDecode*>(p + decoded_at);
+  s.totals = reinterpret_cast<int64_t*>(p + totals_at);
+  s.result = reinterpret_cast<RleDecodeResult*>(p + result_at);
+  s.total_bytes = result_at + sizeof(RleDecodeResult);
+  return s;
+}
+
+template <typename T>
+GpuStatus RleSizeT(const T* d_idx, int64_t k, void* d_scratch, size_t scratch_bytes,
+                   void* stream, int64_t* body_bytes) {
+  *body_bytes = 0;
+  if (k == 0) return Ok();
+  cudaStream_t s = AsStream(stream);
+  ScanScratch sc;
+  DR_CUDA_RETURN_IF_ERROR(ScanLayout(k + 1, 0, d_scratch, &sc), "sizing the rle scratch");
+  if (scratch_bytes < sc.total_bytes) {
+    return Fail(cudaErrorInvalidValue, "rle scratch is smaller than RleEncodeScratchBytes(k)");
+  }
+  int grid = 0;
+  DR_CUDA_RETURN_IF_ERROR(GridSize(RleSizeKernel<T>, k, kThreads, &grid), "sizing the grid");
+  RleSizeKernel<T><<<grid, kThreads, 0, s>>>(d_idx, k, sc.counts);
+  DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching RleSizeKernel");
+  return ScanAndTotal(sc, k + 1, s, body_bytes);
+}
+
+template <typename T>
+GpuStatus RleWriteT(const T* d_idx, int64_t k, const void* d_scratch, size_t scratch_bytes,
+                    uint8_t* d_body, void* stream) {
+  if (k == 0) return Ok();
+  ScanScratch sc;
+  DR_CUDA_RETURN_IF_ERROR(ScanLayout(k + 1, 0, const_cast<void*>(d_scratch), &sc),
+                          "sizing the rle scratch");
+  if (scratch_bytes < sc.total_bytes) {
+    return Fail(cudaErrorInvalidValue, "rle scratch is smaller than RleEncodeScratchBytes(k)");
+  }
+  int grid = 0;
+  DR_CUDA_RETURN_IF_ERROR(GridSize(RleWriteKernel<T>, k, kThreads, &grid), "sizing the grid");
+  RleWriteKernel<T><<<grid, kThreads, 0, AsStream(stream)>>>(d_idx, k, sc.offsets, d_body);
+  DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching RleWriteKernel");
+  return Ok();
+}
+
+template <typename T>
+GpuStatus RleDecodeT(const uint8_t* d_body, int64_t bytes, int64_t k, uint64_t n,
+                     void* d_scratch, size_t scratch_bytes, T* d_out, void* stream,
+                     RleDecodeResult* result) {
+  *result = RleDecodeResult{kRleOk, 0, 0, 0};
+  if (bytes == 0) return Ok();  // then k == 0 too (checked by the caller)
+  if (k == 0) {                 // what the sequential decoder says, without a launch
+    *result = RleDecodeResult{kRleTrailing, 0, 0, bytes};
+    return Ok();
+  }
+  cudaStream_t s = AsStream(stream);
+  const RleDecodeScratch sc = RleDecodeLayout(bytes, d_scratch);
+  if (scratch_bytes < sc.total_bytes) {
+    return Fail(cudaErrorInvalidValue, "rle scratch is smaller than RleDecodeScratchBytes");
+  }
+  const int64_t chunks = (bytes + kRleChunkBytes - 1) / kRleChunkBytes;
+  int grid = 0;
+  DR_CUDA_RETURN_IF_ERROR(GridSize(RleScanKernel, chunks * rle::kEntries, kThreads, &grid),
+                          "sizing the grid");
+  RleScanKernel<<<grid, kThreads, 0, s>>>(d_body, bytes, chunks, sc.scans);
+  DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching RleScanKernel");
+  RleResolveKernel<<<1, 1, 0, s>>>(sc.scans, chunks, sc.plans, sc.totals);
+  DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching RleResolveKernel");
+  DR_CUDA_RETURN_IF_ERROR(GridSize(RleDecodeChunksKernel<T>, chunks, kThreads, &grid),
+                          "sizing the grid");
+  RleDecodeChunksKernel<T><<<grid, kThreads, 0, s>>>(d_body, bytes, chunks, sc.plans, k, n,
+                                                     d_out, sc.decoded);
+  DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching RleDecodeChunksKernel");
+  RleFinishKernel<<<1, 1, 0, s>>>(sc.decoded, chunks, bytes, k, sc.totals, sc.result);
+  DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching RleFinishKernel");
+  DR_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(result, sc.result, sizeof(*result), cudaMemcpyDeviceToHost, s),
+      "copying the rle result to the host");
+  DR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s), "running the rle decode");
+  return Ok();
+}
+
+// ---------------------------------------------------------------- golomb --
+
+int64_t NumBlocks(int64_t k, int log2_block) {
+  return (k + (int64_t{1} << log2_block) - 1) >> log2_block;
+}
+
+// Grid-stride loops over golomb blocks: thread t handles blocks t, t + stride.
+template <typename T>
+__global__ void __launch_bounds__(kGolombThreads)
+    GolombPlanKernel(const T* __restrict__ idx, int64_t k, int log2_block, int64_t blocks,
+                     int32_t* __restrict__ param, int64_t* __restrict__ bytes) {
+  DR_GRID_STRIDE(b, blocks) {
     uint64_t bits;
     param[b] = golomb::ChooseRiceParam(idx + (b << log2_block),
                                        golomb::BlockCount(k, log2_block, b), &bits);
@@ -45,21 +489,35 @@ __global__ void PlanKernel(const T* idx, int64_t k, int log2_block, int64_t bloc
 }
 
 template <typename T>
-__global__ void EncodeKernel(const T* idx, int64_t k, int log2_block, int64_t blocks,
-                             const int32_t* param, const int64_t* off, uint8_t* out) {
-  for (int64_t b = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; b < blocks;
-       b += int64_t{gridDim.x} * blockDim.x) {
-    golomb::EncodeBlock(idx + (b << log2_block), golomb::BlockCount(k, log2_block, b),
-                        param[b], out + off[b]);
+__global__ void __launch_bounds__(kGolombThreads)
+    GolombEncodeKernel(const T* __restrict__ idx, int64_t k, int log2_block, int64_t blocks,
+                       const int32_t* __restrict__ param, const int64_t* __restrict__ off,
+                       uint8_t* __restrict__ out) {
+  DR_GRID_STRIDE(b, blocks) {
+    golomb::EncodeBlock(idx + (b << log2_block), golomb::BlockCount(k, log2_block, b), param[b],
+                        out + off[b]);
+  }
+}
+
+// Grid-stride over the bytes of the block table: thread t assembles byte t
+// from the 8 table bits it holds (golomb.h's TableByte, BitWriter's layout).
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    GolombTableKernel(const T* __restrict__ idx, golomb::Layout layout, int64_t table_bytes,
+                      const int32_t* __restrict__ param, const int64_t* __restrict__ off,
+                      uint8_t* __restrict__ table) {
+  DR_GRID_STRIDE(j, table_bytes) {
+    table[j] = golomb::TableByte(layout, idx, off, param, static_cast<uint64_t>(j));
   }
 }
 
 template <typename T>
-__global__ void DecodeKernel(const uint8_t* stream, const uint64_t* first, const uint64_t* off,
-                             const uint64_t* param, int64_t k, int log2_block, int64_t blocks,
-                             uint64_t n, T* out, unsigned long long* first_bad) {
-  for (int64_t b = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; b < blocks;
-       b += int64_t{gridDim.x} * blockDim.x) {
+__global__ void __launch_bounds__(kGolombThreads)
+    GolombDecodeKernel(const uint8_t* __restrict__ stream, const uint64_t* __restrict__ first,
+                       const uint64_t* __restrict__ off, const uint64_t* __restrict__ param,
+                       int64_t k, int log2_block, int64_t blocks, uint64_t n,
+                       T* __restrict__ out, unsigned long long* __restrict__ first_bad) {
+  DR_GRID_STRIDE(b, blocks) {
     const uint64_t upper = b + 1 < blocks ? first[b + 1] : n;
     if (!golomb::DecodeBlock(stream + off[b], stream + off[b + 1], first[b],
                              static_cast<int>(param[b]), golomb::BlockCount(k, log2_block, b),
@@ -69,73 +527,253 @@ __global__ void DecodeKernel(const uint8_t* stream, const uint64_t* first, const
   }
 }
 
-int64_t NumBlocks(int64_t k, int log2_block) {
-  return (k + (int64_t{1} << log2_block) - 1) >> log2_block;
+// Golomb encode scratch: param[nb] (int32) ahead of the scan of nb + 1 sizes.
+size_t GolombParamBytes(int64_t blocks) { return sizeof(int32_t) * static_cast<size_t>(blocks); }
+
+template <typename T>
+GpuStatus GolombSizeT(const T* d_idx, int64_t k, int log2_block, void* d_scratch,
+                      size_t scratch_bytes, void* stream, int64_t* stream_bytes) {
+  *stream_bytes = 0;
+  const int64_t blocks = NumBlocks(k, log2_block);
+  if (blocks == 0) return Ok();
+  cudaStream_t s = AsStream(stream);
+  ScanScratch sc;
+  DR_CUDA_RETURN_IF_ERROR(ScanLayout(blocks + 1, GolombParamBytes(blocks), d_scratch, &sc),
+                          "sizing the golomb scratch");
+  if (scratch_bytes < sc.total_bytes) {
+    return Fail(cudaErrorInvalidValue, "golomb scratch is smaller than GolombEncodeScratchBytes");
+  }
+  int32_t* param = static_cast<int32_t*>(d_scratch);
+  int grid = 0;
+  DR_CUDA_RETURN_IF_ERROR(GridSize(GolombPlanKernel<T>, blocks, kGolombThreads, &grid),
+                          "sizing the grid");
+  GolombPlanKernel<T><<<grid, kGolombThreads, 0, s>>>(d_idx, k, log2_block, blocks, param,
+                                                      sc.counts);
+  DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching GolombPlanKernel");
+  return ScanAndTotal(sc, blocks + 1, s, stream_bytes);
 }
 
 template <typename T>
-GpuStatus Plan(const T* idx, int64_t k, int log2_block, int32_t* param, int64_t* bytes,
-               void* stream) {
-  const int64_t blocks = NumBlocks(k, log2_block);
+GpuStatus GolombWriteT(const T* d_idx, int64_t k, const golomb::Layout& layout,
+                       const void* d_scratch, size_t scratch_bytes, uint8_t* d_table,
+                       uint8_t* d_stream, void* stream) {
+  const int64_t blocks = static_cast<int64_t>(layout.num_blocks);
   if (blocks == 0) return Ok();
-  PlanKernel<<<Grid(blocks), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      idx, k, log2_block, blocks, param, bytes);
-  return Check("golomb plan kernel launch");
+  cudaStream_t s = AsStream(stream);
+  ScanScratch sc;
+  DR_CUDA_RETURN_IF_ERROR(
+      ScanLayout(blocks + 1, GolombParamBytes(blocks), const_cast<void*>(d_scratch), &sc),
+      "sizing the golomb scratch");
+  if (scratch_bytes < sc.total_bytes) {
+    return Fail(cudaErrorInvalidValue, "golomb scratch is smaller than GolombEncodeScratchBytes");
+  }
+  const int32_t* param = static_cast<const int32_t*>(d_scratch);
+  const int64_t table_bytes =
+      static_cast<int64_t>((layout.num_blocks * layout.entry_bits + 7) / 8);
+  int grid = 0;
+  DR_CUDA_RETURN_IF_ERROR(GridSize(GolombTableKernel<T>, table_bytes, kThreads, &grid),
+                          "sizing the grid");
+  GolombTableKernel<T><<<grid, kThreads, 0, s>>>(d_idx, layout, table_bytes, param, sc.offsets,
+                                                 d_table);
+  DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching GolombTableKernel");
+  if (layout.stream_bytes == 0) return Ok();
+  DR_CUDA_RETURN_IF_ERROR(GridSize(GolombEncodeKernel<T>, blocks, kGolombThreads, &grid),
+                          "sizing the grid");
+  GolombEncodeKernel<T><<<grid, kGolombThreads, 0, s>>>(d_idx, k, layout.log2_block, blocks,
+                                                        param, sc.offsets, d_stream);
+  DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching GolombEncodeKernel");
+  return Ok();
 }
 
-template <typename T>
-GpuStatus Encode(const T* idx, int64_t k, int log2_block, const int32_t* param,
-                 const int64_t* off, uint8_t* out, void* stream) {
-  const int64_t blocks = NumBlocks(k, log2_block);
-  if (blocks == 0) return Ok();
-  EncodeKernel<<<Grid(blocks), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      idx, k, log2_block, blocks, param, off, out);
-  return Check("golomb encode kernel launch");
-}
+// Golomb decode scratch: the table (3 nb + 1 values), then the error flag.
+size_t GolombTableValues(int64_t blocks) { return 3 * static_cast<size_t>(blocks) + 1; }
 
 template <typename T>
-GpuStatus Decode(const uint8_t* s, const uint64_t* first, const uint64_t* off,
-                 const uint64_t* param, int64_t k, int log2_block, uint64_t n, T* out,
-                 unsigned long long* first_bad, void* stream) {
-  const int64_t blocks = NumBlocks(k, log2_block);
+GpuStatus GolombDecodeT(const uint8_t* d_stream, const uint64_t* h_table, int64_t k,
+                        const golomb::Layout& layout, uint64_t n, void* d_scratch,
+                        size_t scratch_bytes, T* d_out, void* stream, int64_t* first_bad) {
+  const int64_t blocks = static_cast<int64_t>(layout.num_blocks);
+  *first_bad = blocks;
   if (blocks == 0) return Ok();
-  DecodeKernel<<<Grid(blocks), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      s, first, off, param, k, log2_block, blocks, n, out, first_bad);
-  return Check("golomb decode kernel launch");
+  if (scratch_bytes < GolombDecodeScratchBytes(blocks)) {
+    return Fail(cudaErrorInvalidValue, "golomb scratch is smaller than GolombDecodeScratchBytes");
+  }
+  cudaStream_t s = AsStream(stream);
+  uint64_t* table = static_cast<uint64_t*>(d_scratch);
+  unsigned long long* flag = reinterpret_cast<unsigned long long*>(
+      static_cast<char*>(d_scratch) + AlignUp(sizeof(uint64_t) * GolombTableValues(blocks)));
+  DR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(table, h_table, sizeof(uint64_t) * GolombTableValues(blocks),
+                                          cudaMemcpyHostToDevice, s),
+                          "copying the block table to the device");
+  DR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flag, 0xff, sizeof(*flag), s), "clearing the error flag");
+  int grid = 0;
+  DR_CUDA_RETURN_IF_ERROR(GridSize(GolombDecodeKernel<T>, blocks, kGolombThreads, &grid),
+                          "sizing the grid");
+  const uint64_t* first = table;
+  const uint64_t* off = table + blocks;
+  const uint64_t* param = off + blocks + 1;
+  GolombDecodeKernel<T><<<grid, kGolombThreads, 0, s>>>(d_stream, first, off, param, k,
+                                                        layout.log2_block, blocks, n, d_out,
+                                                        flag);
+  DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching GolombDecodeKernel");
+  unsigned long long bad = 0;
+  DR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&bad, flag, sizeof(bad), cudaMemcpyDeviceToHost, s),
+                          "copying the error flag to the host");
+  DR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s), "running GolombDecodeKernel");
+  if (bad < static_cast<unsigned long long>(blocks)) *first_bad = static_cast<int64_t>(bad);
+  return Ok();
 }
 
 }  // namespace
 
-GpuStatus GolombPlanInt32(const int32_t* d_idx, int64_t k, int log2_block, int32_t* d_param,
-                          int64_t* d_bytes, void* stream) {
-  return Plan(d_idx, k, log2_block, d_param, d_bytes, stream);
+// ------------------------------------------------------ public launchers --
+
+const char* ErrorString(int cuda_error) {
+  return cudaGetErrorString(static_cast<cudaError_t>(cuda_error));
 }
-GpuStatus GolombPlanInt64(const int64_t* d_idx, int64_t k, int log2_block, int32_t* d_param,
-                          int64_t* d_bytes, void* stream) {
-  return Plan(d_idx, k, log2_block, d_param, d_bytes, stream);
+
+GpuStatus WriteBytes(uint8_t* d_dst, const uint8_t* host_src, int len, void* stream) {
+  if (len <= 0) return Ok();
+  if (len > kMaxWriteBytes) return Fail(cudaErrorInvalidValue, "WriteBytes: more than 32 bytes");
+  SmallBytes bytes;
+  for (int i = 0; i < kMaxWriteBytes; ++i) bytes.b[i] = i < len ? host_src[i] : 0;
+  WriteBytesKernel<<<1, kMaxWriteBytes, 0, AsStream(stream)>>>(bytes, len, d_dst);
+  DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching WriteBytesKernel");
+  return Ok();
 }
-GpuStatus GolombEncodeInt32(const int32_t* d_idx, int64_t k, int log2_block,
-                            const int32_t* d_param, const int64_t* d_off, uint8_t* d_stream,
-                            void* stream) {
-  return Encode(d_idx, k, log2_block, d_param, d_off, d_stream, stream);
+
+GpuStatus CopyToHost(void* host_dst, const void* d_src, size_t bytes, void* stream) {
+  if (bytes == 0) return Ok();
+  cudaStream_t s = AsStream(stream);
+  DR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_dst, d_src, bytes, cudaMemcpyDeviceToHost, s),
+                          "copying to the host");
+  DR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s), "copying to the host");
+  return Ok();
 }
-GpuStatus GolombEncodeInt64(const int64_t* d_idx, int64_t k, int log2_block,
-                            const int32_t* d_param, const int64_t* d_off, uint8_t* d_stream,
-                            void* stream) {
-  return Encode(d_idx, k, log2_block, d_param, d_off, d_stream, stream);
+
+size_t ValidateScratchBytes() { return sizeof(unsigned long long); }
+
+size_t BitmapEncodeScratchBytes(int64_t n) {
+  return sizeof(uint32_t) * static_cast<size_t>((n + 31) / 32);
 }
-GpuStatus GolombDecodeInt32(const uint8_t* d_stream, const uint64_t* d_first,
-                            const uint64_t* d_off, const uint64_t* d_param, int64_t k,
-                            int log2_block, uint64_t n, int32_t* d_out,
-                            unsigned long long* d_first_bad, void* stream) {
-  return Decode(d_stream, d_first, d_off, d_param, k, log2_block, n, d_out, d_first_bad, stream);
+
+size_t BitmapDecodeScratchBytes(int64_t body_bytes, GpuStatus* status) {
+  *status = Ok();
+  if (body_bytes == 0) return 0;
+  ScanScratch sc;
+  const cudaError_t e = ScanLayout(BitmapWords(body_bytes) + 1, 0, nullptr, &sc);
+  if (e != cudaSuccess) {
+    *status = Fail(e, "sizing the bitmap scratch");
+    return 0;
+  }
+  return sc.total_bytes;
 }
-GpuStatus GolombDecodeInt64(const uint8_t* d_stream, const uint64_t* d_first,
-                            const uint64_t* d_off, const uint64_t* d_param, int64_t k,
-                            int log2_block, uint64_t n, int64_t* d_out,
-                            unsigned long long* d_first_bad, void* stream) {
-  return Decode(d_stream, d_first, d_off, d_param, k, log2_block, n, d_out, d_first_bad, stream);
+
+GpuStatus BitmapCount(const uint8_t* d_body, int64_t bytes, void* d_scratch,
+                      size_t scratch_bytes, void* stream, int64_t* total) {
+  *total = 0;
+  if (bytes == 0) return Ok();
+  cudaStream_t s = AsStream(stream);
+  const int64_t words = BitmapWords(bytes);
+  ScanScratch sc;
+  DR_CUDA_RETURN_IF_ERROR(ScanLayout(words + 1, 0, d_scratch, &sc), "sizing the bitmap scratch");
+  if (scratch_bytes < sc.total_bytes) {
+    return Fail(cudaErrorInvalidValue, "bitmap scratch is smaller than BitmapDecodeScratchBytes");
+  }
+  int grid = 0;
+  DR_CUDA_RETURN_IF_ERROR(GridSize(BitmapCountKernel, words, kThreads, &grid), "sizing the grid");
+  BitmapCountKernel<<<grid, kThreads, 0, s>>>(d_body, bytes, words, sc.counts);
+  DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching BitmapCountKernel");
+  return ScanAndTotal(sc, words + 1, s, total);
 }
+
+size_t RleEncodeScratchBytes(int64_t k, GpuStatus* status) {
+  *status = Ok();
+  if (k == 0) return 0;
+  ScanScratch sc;
+  const cudaError_t e = ScanLayout(k + 1, 0, nullptr, &sc);
+  if (e != cudaSuccess) {
+    *status = Fail(e, "sizing the rle scratch");
+    return 0;
+  }
+  return sc.total_bytes;
+}
+
+size_t RleDecodeScratchBytes(int64_t body_bytes) {
+  return body_bytes == 0 ? 0 : RleDecodeLayout(body_bytes, nullptr).total_bytes;
+}
+
+size_t GolombEncodeScratchBytes(int64_t k, int log2_block, GpuStatus* status) {
+  *status = Ok();
+  const int64_t blocks = NumBlocks(k, log2_block);
+  if (blocks == 0) return 0;
+  ScanScratch sc;
+  const cudaError_t e = ScanLayout(blocks + 1, GolombParamBytes(blocks), nullptr, &sc);
+  if (e != cudaSuccess) {
+    *status = Fail(e, "sizing the golomb scratch");
+    return 0;
+  }
+  return sc.total_bytes;
+}
+
+size_t GolombDecodeScratchBytes(int64_t num_blocks) {
+  if (num_blocks == 0) return 0;
+  return AlignUp(sizeof(uint64_t) * GolombTableValues(num_blocks)) + sizeof(unsigned long long);
+}
+
+#define DR_INDEX_LAUNCHERS(T)                                                                    \
+  GpuStatus ValidateSorted(const T* d_idx, int64_t k, int64_t n, void* d_scratch, void* stream,  \
+                           SortedCheck* result) {                                                \
+    return Validate(d_idx, k, n, d_scratch, stream, result);                                     \
+  }                                                                                              \
+  GpuStatus Int32Encode(const T* d_idx, int64_t k, uint8_t* d_body, void* stream) {              \
+    return Int32EncodeT(d_idx, k, d_body, stream);                                               \
+  }                                                                                              \
+  GpuStatus Int32Decode(const uint8_t* d_body, int64_t k, T* d_out, void* stream) {              \
+    return Int32DecodeT(d_body, k, d_out, stream);                                               \
+  }                                                                                              \
+  GpuStatus BitmapEncode(const T* d_idx, int64_t k, int64_t n, void* d_scratch,                  \
+                         size_t scratch_bytes, uint8_t* d_body, void* stream) {                  \
+    return BitmapEncodeT(d_idx, k, n, d_scratch, scratch_bytes, d_body, stream);                 \
+  }                                                                                              \
+  GpuStatus BitmapWrite(const uint8_t* d_body, int64_t body_bytes, const void* d_scratch,        \
+                        size_t scratch_bytes, T* d_out, void* stream) {                          \
+    return BitmapWriteT(d_body, body_bytes, d_scratch, scratch_bytes, d_out, stream);            \
+  }                                                                                              \
+  GpuStatus RleSize(const T* d_idx, int64_t k, void* d_scratch, size_t scratch_bytes,            \
+                    void* stream, int64_t* body_bytes) {                                         \
+    return RleSizeT(d_idx, k, d_scratch, scratch_bytes, stream, body_bytes);                     \
+  }                                                                                              \
+  GpuStatus RleWrite(const T* d_idx, int64_t k, const void* d_scratch, size_t scratch_bytes,     \
+                     uint8_t* d_body, void* stream) {                                            \
+    return RleWriteT(d_idx, k, d_scratch, scratch_bytes, d_body, stream);                        \
+  }                                                                                              \
+  GpuStatus RleDecode(const uint8_t* d_body, int64_t body_bytes, int64_t k, uint64_t n,          \
+                      void* d_scratch, size_t scratch_bytes, T* d_out, void* stream,             \
+                      RleDecodeResult* result) {                                                 \
+    return RleDecodeT(d_body, body_bytes, k, n, d_scratch, scratch_bytes, d_out, stream, result); \
+  }                                                                                              \
+  GpuStatus GolombSize(const T* d_idx, int64_t k, int log2_block, void* d_scratch,               \
+                       size_t scratch_bytes, void* stream, int64_t* stream_bytes) {              \
+    return GolombSizeT(d_idx, k, log2_block, d_scratch, scratch_bytes, stream, stream_bytes);    \
+  }                                                                                              \
+  GpuStatus GolombWrite(const T* d_idx, int64_t k, const golomb::Layout& layout,                 \
+                        const void* d_scratch, size_t scratch_bytes, uint8_t* d_table,           \
+                        uint8_t* d_stream, void* stream) {                                       \
+    return GolombWriteT(d_idx, k, layout, d_scratch, scratch_bytes, d_table, d_stream, stream);  \
+  }                                                                                              \
+  GpuStatus GolombDecode(const uint8_t* d_stream, const uint64_t* h_table, int64_t k,            \
+                         const golomb::Layout& layout, uint64_t n, void* d_scratch,              \
+                         size_t scratch_bytes, T* d_out, void* stream, int64_t* first_bad) {     \
+    return GolombDecodeT(d_stream, h_table, k, layout, n, d_scratch, scratch_bytes, d_out,       \
+                         stream, first_bad);                                                     \
+  }
+
+DR_INDEX_LAUNCHERS(int32_t)
+DR_INDEX_LAUNCHERS(int64_t)
+#undef DR_INDEX_LAUNCHERS
+#undef DR_GRID_STRIDE
+#undef DR_CUDA_RETURN_IF_ERROR
 
 }  // namespace gpu
 }  // namespace index
