@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Builds the standalone CUDA test of the Bloom-filter kernels (no TensorFlow):
-# tests/cuda/bloom_cuda_test.cu + kernels/bloom/bloom_kernels.cu, compiled by
-# nvcc for the architectures of the op library (sm_75..sm_90 + PTX, or
-# DEEPREDUCE_TF_CUDA_ARCHS), into build/cuda_test/bloom_cuda_test.
+# Builds the standalone CUDA tests (no TensorFlow): every tests/cuda/*.cu,
+# linked against every kernels/**/*.cu, compiled by nvcc for the
+# architectures of the op library (sm_75..sm_90 + PTX, or
+# DEEPREDUCE_TF_CUDA_ARCHS), into build/cuda_test/<name>.
 #   bash build_deps/build_cuda_test.sh          # build; run it if a GPU is present
 #   bash build_deps/build_cuda_test.sh --run    # build and always run
 #   bash build_deps/build_cuda_test.sh --no-run # build only
-# The test exits 0 (all passed), 1 (a mismatch) or 77 (no CUDA device: skipped).
+# Each test exits 0 (all passed), 1 (a mismatch) or 77 (no CUDA device:
+# skipped); --run exits 1 if any failed, 77 if all skipped, else 0.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode="${1:-auto}"
@@ -34,12 +35,21 @@ GENCODE+=("-gencode=arch=compute_${last},code=compute_${last}")
 
 OUT=build/cuda_test
 mkdir -p "$OUT"
-set -x
-"$NVCC" -std=c++17 -O2 -I. --expt-relaxed-constexpr "${GENCODE[@]}" \
-  tests/cuda/bloom_cuda_test.cu kernels/bloom/bloom_kernels.cu \
-  -o "$OUT/bloom_cuda_test"
-{ set +x; } 2>/dev/null
-echo "built $OUT/bloom_cuda_test"
+# Every kernels/**/*.cu once, then every tests/cuda/*.cu linked against all of them.
+KERNEL_OBJS=()
+for cu in $(find kernels -name '*.cu' | sort); do
+  obj="$OUT/$(echo "${cu%.cu}" | tr / _).o"
+  ( set -x; "$NVCC" -std=c++17 -O2 -I. --expt-relaxed-constexpr "${GENCODE[@]}" -c "$cu" -o "$obj" )
+  KERNEL_OBJS+=("$obj")
+done
+TESTS=()
+for t in tests/cuda/*.cu; do
+  name="$(basename "${t%.cu}")"
+  ( set -x; "$NVCC" -std=c++17 -O2 -I. --expt-relaxed-constexpr "${GENCODE[@]}" \
+      "$t" "${KERNEL_OBJS[@]}" -o "$OUT/$name" )
+  echo "built $OUT/$name"
+  TESTS+=("$OUT/$name")
+done
 
 run=0
 if [ "$mode" = "--run" ]; then
@@ -48,6 +58,14 @@ elif [ "$mode" = "auto" ] && command -v nvidia-smi >/dev/null && nvidia-smi -L >
   run=1
 fi
 if [ "$run" = 1 ]; then
-  exec "$OUT/bloom_cuda_test"
+  # 1 if any test failed, else 77 if every one skipped, else 0.
+  status=77
+  for t in "${TESTS[@]}"; do
+    rc=0
+    "$t" || rc=$?
+    if [ "$rc" != 0 ] && [ "$rc" != 77 ]; then status=1; fi
+    if [ "$rc" = 0 ] && [ "$status" = 77 ]; then status=0; fi
+  done
+  exit "$status"
 fi
-echo "no GPU found (nvidia-smi): not running it; on a GPU machine run $OUT/bloom_cuda_test"
+echo "no GPU found (nvidia-smi): not running them; on a GPU machine run ${TESTS[*]}"
