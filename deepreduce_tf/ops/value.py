@@ -14,6 +14,11 @@
   bf16     bfloat16, round to nearest even; NaN/Inf transmitted.
   deflate  zlib of the raw float32 bytes; lossless, CPU only.
 
+Devices: every op has a CPU kernel. A CUDA build (deepreduce_tf.cuda_built())
+adds GPU kernels for fp16/bf16/qsgd encode and decode (same payload bytes as
+the CPU) and polyfit/dexp decode; polyfit/dexp encode and deflate run on the
+CPU wherever they are placed.
+
 Contract: encode() returns (payload, perm). The payload is one flat,
 self-describing uint8 vector (16-byte header: magic "DV", codec id, format
 version, K; then the codec's parameters and sections; layouts in

@@ -9,4 +9,15 @@
 #define DR_HOST_DEVICE inline
 #endif
 
+// A double product rounded before it meets any addition. nvcc contracts
+// a * b + c into one FMA by default (-fmad=true) while g++ on x86-64 without
+// -mfma never does, so arithmetic whose bits must match on the CPU and the
+// GPU (qsgd.h's level, polyfit.h's Clenshaw recurrence) spells its products
+// with DR_DMUL: __dmul_rn is never fused.
+#if defined(__CUDA_ARCH__)
+#define DR_DMUL(a, b) __dmul_rn((a), (b))
+#else
+#define DR_DMUL(a, b) ((a) * (b))
+#endif
+
 #endif  // DEEPREDUCE_KERNELS_COMMON_PLATFORM_H_

@@ -57,15 +57,17 @@ DR_HOST_DEVICE void ChebRow(double t, int deg, double* out) {
   for (int k = 2; k <= deg; ++k) out[k] = 2.0 * t * out[k - 1] - out[k - 2];
 }
 
-// sum_k c_k T_k(t) by Clenshaw's recurrence.
+// sum_k c_k T_k(t) by Clenshaw's recurrence. The products are DR_DMUL so
+// that the CUDA decoder computes the same bits (no FMA contraction); 2.0 * t
+// and the abscissa's 2.0 * j are exact and need no guard.
 DR_HOST_DEVICE double ChebEval(const float* c, int deg, double t) {
   double b1 = 0.0, b2 = 0.0;
   for (int k = deg; k >= 1; --k) {
-    const double b0 = 2.0 * t * b1 - b2 + static_cast<double>(c[k]);
+    const double b0 = DR_DMUL(2.0 * t, b1) - b2 + static_cast<double>(c[k]);
     b2 = b1;
     b1 = b0;
   }
-  return t * b1 - b2 + static_cast<double>(c[0]);
+  return DR_DMUL(t, b1) - b2 + static_cast<double>(c[0]);
 }
 
 // Adds rows [j0, j1) of a segment of length len (values y[j0..j1)) to lsq.

@@ -57,7 +57,8 @@ DR_HOST_DEVICE uint32_t Encode(float v, float scale, uint32_t s, uint64_t seed_m
   const int sign_shift = LevelBits(s);
   uint32_t level = 0;
   if (scale > 0.0f) {
-    const double r = fabs(static_cast<double>(v)) / static_cast<double>(scale) * s;
+    const double r = DR_DMUL(fabs(static_cast<double>(v)) / static_cast<double>(scale),
+                             static_cast<double>(s));
     double fl = floor(r);
     if (fl > s) fl = s;
     level = static_cast<uint32_t>(fl);

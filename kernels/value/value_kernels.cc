@@ -19,6 +19,7 @@
 #include "kernels/value/lsq.h"
 #include "kernels/value/polyfit.h"
 #include "kernels/value/qsgd.h"
+#include "kernels/value/value_args.h"
 #include "kernels/value/value_format.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
@@ -46,10 +47,6 @@ void AtomicMin(std::atomic<int64_t>* target, int64_t value) {
   }
 }
 
-absl::Status Invalid(const std::string& message) {
-  return absl::InvalidArgumentError(message);
-}
-
 // Allocates a scratch buffer of `count` objects of T (trivially copyable).
 template <typename T>
 absl::Status AllocateScratch(OpKernelContext* ctx, int64_t count, Tensor* t, T** ptr) {
@@ -64,15 +61,9 @@ absl::Status AllocateScratch(OpKernelContext* ctx, int64_t count, Tensor* t, T**
 // value to be finite (a fit or a quantizer has no faithful image of NaN/Inf).
 absl::Status CheckValues(OpKernelContext* ctx, const Tensor& t, const char* codec,
                          bool require_finite) {
-  if (t.dims() != 1) {
-    return Invalid(std::string(codec) + ": values must be a vector, got shape " +
-                   t.shape().DebugString());
-  }
+  absl::Status st = CheckValuesShape(t, codec);
+  if (!st.ok()) return st;
   const int64_t k = t.NumElements();
-  if (static_cast<uint64_t>(k) > kMaxWireValues) {
-    return Invalid(std::string(codec) + ": " + std::to_string(k) +
-                   " values exceed the format's limit of 2^48");
-  }
   if (!require_finite || k == 0) return absl::OkStatus();
   const float* v = t.flat<float>().data();
   std::atomic<int64_t> first_bad{k};
@@ -85,67 +76,15 @@ absl::Status CheckValues(OpKernelContext* ctx, const Tensor& t, const char* code
     }
   });
   const int64_t bad = first_bad.load();
-  if (bad < k) {
-    return Invalid(std::string(codec) + " cannot encode non-finite values: values[" +
-                   std::to_string(bad) + "] = " + std::to_string(v[bad]) +
-                   " (use fp16, bf16 or deflate to transmit NaN/Inf)");
-  }
+  if (bad < k) return NonFiniteValue(codec, bad, v[bad]);
   return absl::OkStatus();
 }
 
 // The common header: magic, codec, version, flags, K. Returns K.
 absl::Status ParseHeader(const Tensor& payload, uint8_t codec, uint64_t* k) {
-  const std::string name = CodecName(codec);
-  if (payload.dims() != 1) {
-    return Invalid(name + " payload must be a uint8 vector, got shape " +
-                   payload.shape().DebugString());
-  }
-  const int64_t size = payload.NumElements();
-  if (size < kHeaderBytes) {
-    return Invalid(name + " payload of " + std::to_string(size) +
-                   " bytes is shorter than the 16-byte header; it is truncated");
-  }
-  const uint8_t* p = payload.flat<uint8_t>().data();
-  if (p[0] != kMagic0 || p[1] != kMagic1) {
-    return Invalid(name + " payload does not start with the magic \"DV\" (got bytes " +
-                   std::to_string(p[0]) + ", " + std::to_string(p[1]) +
-                   "); it is not a value-codec payload or is corrupted");
-  }
-  if (p[2] != codec) {
-    return Invalid("payload holds codec id " + std::to_string(p[2]) + " (" +
-                   CodecName(p[2]) + "), not " + name + " (id " +
-                   std::to_string(codec) + ")");
-  }
-  if (p[3] != kFormatVersion) {
-    return Invalid(name + " payload has format version " + std::to_string(p[3]) +
-                   "; this library reads version " + std::to_string(kFormatVersion));
-  }
-  if (GetU32(p + 4) != 0) {
-    return Invalid(name + " payload has reserved flags " + std::to_string(GetU32(p + 4)) +
-                   " set; it is corrupted or from a newer format");
-  }
-  *k = GetU64(p + 8);
-  if (*k > kMaxWireValues) {
-    return Invalid(name + " payload claims K = " + std::to_string(*k) +
-                   " values, beyond the format's limit of 2^48; it is corrupted");
-  }
-  return absl::OkStatus();
-}
-
-absl::Status SizeMismatch(const char* codec, int64_t have, uint64_t want,
-                          const std::string& why) {
-  return Invalid(std::string(codec) + " payload holds " + std::to_string(have) +
-                 " bytes but its header (" + why + ") implies exactly " +
-                 std::to_string(want) + "; it is truncated, extended or corrupted");
-}
-
-absl::Status CheckMaxValues(const char* codec, uint64_t k, int64_t max_values) {
-  if (k > static_cast<uint64_t>(max_values)) {
-    return Invalid(std::string(codec) + " payload claims K = " + std::to_string(k) +
-                   " values, more than max_values = " + std::to_string(max_values) +
-                   "; raise max_values if this is genuine");
-  }
-  return absl::OkStatus();
+  absl::Status s = CheckPayloadShape(payload, codec);
+  if (!s.ok()) return s;
+  return ParseHeaderBytes(payload.flat<uint8_t>().data(), payload.NumElements(), codec, k);
 }
 
 // ------------------------------------------------------------- sorting --
@@ -443,88 +382,11 @@ class PolyfitEncodeOp : public PolyfitEncodeBase {
   }
 };
 
-// Parsed view of a polyfit payload; all fields checked against the buffer.
-struct PolyfitView {
-  uint64_t k;
-  int degree;
-  int64_t num_segs;
-  const uint8_t* lens;   // u32[num_segs]
-  const uint8_t* coefs;  // f32[...]
-};
-
 absl::Status ParsePolyfit(const Tensor& payload, int64_t max_values, PolyfitView* v) {
-  absl::Status s = ParseHeader(payload, kCodecPolyfit, &v->k);
+  absl::Status s = CheckPayloadShape(payload, kCodecPolyfit);
   if (!s.ok()) return s;
-  const int64_t size = payload.NumElements();
-  const uint8_t* p = payload.flat<uint8_t>().data();
-  if (size < polyfit::kFixedBytes) {
-    return SizeMismatch("polyfit", size, polyfit::kFixedBytes, "fixed fields");
-  }
-  v->degree = p[16];
-  if (v->degree > polyfit::kMaxDegree) {
-    return Invalid("polyfit payload has degree " + std::to_string(v->degree) +
-                   ", beyond the maximum " + std::to_string(polyfit::kMaxDegree));
-  }
-  if (p[17] > polyfit::kSegGreedy || GetU16(p + 18) != 0) {
-    return Invalid("polyfit payload has an unknown segmentation id " +
-                   std::to_string(p[17]) + " or nonzero reserved bytes");
-  }
-  v->num_segs = GetU32(p + 20);
-  const uint64_t k = v->k;
-  if ((k == 0) != (v->num_segs == 0) || static_cast<uint64_t>(v->num_segs) > k) {
-    return Invalid("polyfit payload has " + std::to_string(v->num_segs) +
-                   " segments for K = " + std::to_string(k) +
-                   " values; need 1..K segments (0 iff K = 0)");
-  }
-  const uint64_t lens_end = polyfit::kFixedBytes + 4 * static_cast<uint64_t>(v->num_segs);
-  if (lens_end > static_cast<uint64_t>(size)) {
-    return SizeMismatch("polyfit", size, lens_end,
-                        std::to_string(v->num_segs) + " segment lengths");
-  }
-  v->lens = p + polyfit::kFixedBytes;
-  uint64_t total = 0, num_coefs = 0;
-  for (int64_t q = 0; q < v->num_segs; ++q) {
-    const uint32_t len = GetU32(v->lens + 4 * q);
-    if (len == 0) {
-      return Invalid("polyfit payload has an empty segment (" + std::to_string(q) + ")");
-    }
-    total += len;
-    num_coefs += polyfit::SegmentDegree(v->degree, len) + 1;
-  }
-  if (total != k) {
-    return Invalid("polyfit payload's segment lengths sum to " + std::to_string(total) +
-                   " but K = " + std::to_string(k));
-  }
-  const uint64_t want = lens_end + 4 * num_coefs;
-  if (want != static_cast<uint64_t>(size)) {
-    return SizeMismatch("polyfit", size, want,
-                        "K = " + std::to_string(k) + ", " + std::to_string(v->num_segs) +
-                            " segments of degree <= " + std::to_string(v->degree));
-  }
-  s = CheckMaxValues("polyfit", k, max_values);
-  if (!s.ok()) return s;
-  v->coefs = p + lens_end;
-  // Finite coefficients with sum |c| <= FLT_MAX per segment: every decoded
-  // value is then finite (|T_k| <= 1 on [-1, 1]).
-  const uint8_t* c = v->coefs;
-  for (int64_t q = 0; q < v->num_segs; ++q) {
-    const int n = polyfit::SegmentDegree(v->degree, GetU32(v->lens + 4 * q)) + 1;
-    double sum = 0.0;
-    for (int j = 0; j < n; ++j, c += 4) {
-      const float f = GetF32(c);
-      if (!std::isfinite(f)) {
-        return Invalid("polyfit payload has a non-finite coefficient (" +
-                       std::to_string(f) + ") in segment " + std::to_string(q));
-      }
-      sum += std::fabs(static_cast<double>(f));
-    }
-    if (sum > static_cast<double>(FLT_MAX)) {
-      return Invalid("polyfit payload's segment " + std::to_string(q) +
-                     " has coefficients whose magnitudes sum beyond FLT_MAX; decoded "
-                     "values could overflow, so the payload is rejected");
-    }
-  }
-  return absl::OkStatus();
+  return ParsePolyfitBytes(payload.flat<uint8_t>().data(), payload.NumElements(),
+                           max_values, v);
 }
 
 class PolyfitDecodeOp : public OpKernel {
@@ -545,12 +407,7 @@ class PolyfitDecodeOp : public OpKernel {
     int64_t *start, *coff;
     OP_REQUIRES_OK(ctx, AllocateScratch(ctx, v.num_segs + 1, &start_t, &start));
     OP_REQUIRES_OK(ctx, AllocateScratch(ctx, v.num_segs + 1, &coff_t, &coff));
-    start[0] = coff[0] = 0;
-    for (int64_t q = 0; q < v.num_segs; ++q) {
-      const int64_t len = GetU32(v.lens + 4 * q);
-      start[q + 1] = start[q] + len;
-      coff[q + 1] = coff[q] + polyfit::SegmentDegree(v.degree, len) + 1;
-    }
+    PolyfitTables(v, start, coff);
     // Coefficients as float (the payload may be unaligned: copy once).
     Tensor cf_t;
     float* cf;
@@ -721,33 +578,11 @@ class DexpDecodeOp : public OpKernel {
 
   void Compute(OpKernelContext* ctx) override {
     const Tensor& payload = ctx->input(0);
-    uint64_t k;
-    OP_REQUIRES_OK(ctx, ParseHeader(payload, kCodecDexp, &k));
-    const int64_t size = payload.NumElements();
-    OP_REQUIRES(ctx, size == dexp::kPayloadBytes,
-                SizeMismatch("dexp", size, dexp::kPayloadBytes, "fixed layout"));
-    const uint8_t* p = payload.flat<uint8_t>().data();
-    const uint64_t pos = GetU64(p + 16);
-    OP_REQUIRES(ctx, pos <= k,
-                Invalid("dexp payload's sign split P = " + std::to_string(pos) +
-                        " exceeds K = " + std::to_string(k)));
-    OP_REQUIRES_OK(ctx, CheckMaxValues("dexp", k, max_values_));
+    OP_REQUIRES_OK(ctx, CheckPayloadShape(payload, kCodecDexp));
+    uint64_t k, pos;
     dexp::Coefs c[2];
-    for (int i = 0; i < 2; ++i) {
-      c[i] = {GetF32(p + 24 + 16 * i), GetF32(p + 28 + 16 * i), GetF32(p + 32 + 16 * i),
-              GetF32(p + 36 + 16 * i)};
-      OP_REQUIRES(ctx, dexp::CoefsOk(c[i]),
-                  Invalid(std::string("dexp payload's ") + (i ? "negative" : "positive") +
-                          " part has non-finite coefficients or ones that overflow "
-                          "float32 (a=" + std::to_string(c[i].a) + ", p=" +
-                          std::to_string(c[i].p) + ", b=" + std::to_string(c[i].b) +
-                          ", q=" + std::to_string(c[i].q) + ")"));
-      const uint64_t n = i == 0 ? pos : k - pos;
-      OP_REQUIRES(ctx, n > 0 || (c[i].a == 0.0f && c[i].p == 0.0f && c[i].b == 0.0f &&
-                                 c[i].q == 0.0f),
-                  Invalid(std::string("dexp payload's empty ") +
-                          (i ? "negative" : "positive") + " part has nonzero coefficients"));
-    }
+    OP_REQUIRES_OK(ctx, ParseDexpBytes(payload.flat<uint8_t>().data(), payload.NumElements(),
+                                       max_values_, &k, &pos, c));
     Tensor* out_t = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({static_cast<int64_t>(k)}), &out_t));
     float* out = out_t->flat<float>().data();
@@ -766,24 +601,6 @@ class DexpDecodeOp : public OpKernel {
 // Elements per work item of the bit packer: a multiple of 8, so every item
 // starts on a byte boundary and owns its bytes.
 constexpr int64_t kQsgdChunk = 4096;
-
-struct QsgdLayout {
-  uint32_t s, bucket;
-  int w;
-  uint64_t k, num_buckets, code_bytes, size;
-};
-
-QsgdLayout MakeQsgdLayout(uint64_t k, uint32_t s, uint32_t bucket) {
-  QsgdLayout l;
-  l.k = k;
-  l.s = s;
-  l.bucket = bucket;
-  l.w = qsgd::CodeBits(s);
-  l.num_buckets = (k + bucket - 1) / bucket;
-  l.code_bytes = (k * static_cast<uint64_t>(l.w) + 7) / 8;
-  l.size = qsgd::kFixedBytes + 4 * l.num_buckets + l.code_bytes;
-  return l;
-}
 
 class QsgdEncodeOp : public OpKernel {
  public:
@@ -875,35 +692,19 @@ class QsgdDecodeOp : public OpKernel {
     uint64_t k;
     OP_REQUIRES_OK(ctx, ParseHeader(payload, kCodecQsgd, &k));
     const int64_t size = payload.NumElements();
-    OP_REQUIRES(ctx, size >= qsgd::kFixedBytes,
-                SizeMismatch("qsgd", size, qsgd::kFixedBytes, "fixed fields"));
     const uint8_t* p = payload.flat<uint8_t>().data();
-    const uint32_t s = GetU32(p + 16), bucket = GetU32(p + 20);
-    OP_REQUIRES(ctx, s >= 1 && s <= qsgd::kMaxLevels,
-                Invalid("qsgd payload has levels s = " + std::to_string(s) +
-                        ", outside [1, 255]"));
-    OP_REQUIRES(ctx, bucket >= 1 && bucket <= qsgd::kMaxBucket,
-                Invalid("qsgd payload has bucket size " + std::to_string(bucket) +
-                        ", outside [1, 2^30]"));
-    const QsgdLayout l = MakeQsgdLayout(k, s, bucket);
-    OP_REQUIRES(ctx, l.size == static_cast<uint64_t>(size),
-                SizeMismatch("qsgd", size, l.size,
-                             "K = " + std::to_string(k) + ", s = " + std::to_string(s) +
-                                 ", bucket = " + std::to_string(bucket)));
+    QsgdLayout l;
+    OP_REQUIRES_OK(ctx, ParseQsgdFixed(p, size, k, &l));
+    const uint32_t s = l.s, bucket = l.bucket;
     const uint8_t* scales = p + qsgd::kFixedBytes;
     const uint8_t* codes = scales + 4 * l.num_buckets;
     for (uint64_t b = 0; b < l.num_buckets; ++b) {
       const float m = GetF32(scales + 4 * b);
-      OP_REQUIRES(ctx, std::isfinite(m) && m >= 0.0f,
-                  Invalid("qsgd payload has bucket scale " + std::to_string(m) +
-                          " (bucket " + std::to_string(b) + "); scales are finite and >= 0"));
+      OP_REQUIRES(ctx, QsgdScaleOk(m), QsgdBadScale(b, m));
     }
     const int w = l.w;
-    const uint64_t used_bits = k * static_cast<uint64_t>(w);
-    if (used_bits % 8 != 0) {
-      OP_REQUIRES(ctx, (codes[l.code_bytes - 1] >> (used_bits % 8)) == 0,
-                  Invalid("qsgd payload has nonzero padding bits after the last code"));
-    }
+    OP_REQUIRES(ctx, l.code_bytes == 0 || QsgdPaddingOk(l, codes[l.code_bytes - 1]),
+                QsgdBadPadding());
     Tensor* out_t = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({static_cast<int64_t>(k)}), &out_t));
     float* out = out_t->flat<float>().data();
@@ -939,9 +740,7 @@ class QsgdDecodeOp : public OpKernel {
       }
     });
     const int64_t bad = first_bad.load();
-    OP_REQUIRES(ctx, bad == kk,
-                Invalid("qsgd payload has an invalid code for value " + std::to_string(bad) +
-                        " (level above s = " + std::to_string(s) + " or a negative zero)"));
+    OP_REQUIRES(ctx, bad == kk, QsgdBadCode(bad, s));
   }
 };
 
@@ -982,9 +781,7 @@ class HalfDecodeOp : public OpKernel {
     uint64_t k;
     OP_REQUIRES_OK(ctx, ParseHeader(payload, kCodec, &k));
     const int64_t size = payload.NumElements();
-    const uint64_t want = kHeaderBytes + 2 * k;
-    OP_REQUIRES(ctx, want == static_cast<uint64_t>(size),
-                SizeMismatch(CodecName(kCodec), size, want, "K = " + std::to_string(k)));
+    OP_REQUIRES_OK(ctx, CheckHalfSize(kCodec, size, k));
     Tensor* out_t = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({static_cast<int64_t>(k)}), &out_t));
     float* out = out_t->flat<float>().data();

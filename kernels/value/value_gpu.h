@@ -1,0 +1,134 @@
+// CUDA launchers of the value codecs: plain C++ declarations with no
+// TensorFlow and no CUDA headers, so that both the TF OpKernels
+// (value_kernels_gpu.cc, g++) and the standalone test (tests/cuda/, nvcc) can
+// call the kernels in value_kernels.cu.
+//
+// Conventions (as in bloom_gpu.h):
+//   * Every pointer argument named d_* is device memory owned by the caller.
+//     Payload buffers may have any alignment (they are read and written
+//     bytewise through value_format.h's Get/Put helpers); value buffers are
+//     float-aligned.
+//   * `stream` is a cudaStream_t passed as void*; everything is enqueued on
+//     it. A launcher that returns something to the host says so and
+//     synchronizes the stream; the others only enqueue work.
+//   * The bytes written are those of the CPU kernels: the per-element code
+//     (halfcast.h, qsgd.h, polyfit.h, dexp.h) is the same source compiled for
+//     the device, and the payload layouts are the ones documented there.
+//   * Header and size checks are the caller's, on the host (value_args.h);
+//     checks that need the payload's sections or the values run on the
+//     device and come back as "first bad position" records.
+//
+// No CUDA kernels (yet) for polyfit and dexp ENCODE (sort + segmentation +
+// per-segment double-precision fits): TF runs them on the CPU. Deflate is
+// CPU-only by design (zlib is a sequential bit stream).
+#ifndef DEEPREDUCE_KERNELS_VALUE_VALUE_GPU_H_
+#define DEEPREDUCE_KERNELS_VALUE_VALUE_GPU_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/value/dexp.h"
+
+namespace deepreduce {
+namespace value {
+namespace gpu {
+
+// Outcome of a launcher: cuda_error is a cudaError_t (0 == cudaSuccess) and
+// `step` names the call that failed. ErrorString() turns the code into text.
+struct GpuStatus {
+  int cuda_error;
+  const char* step;
+  bool ok() const { return cuda_error == 0; }
+};
+const char* ErrorString(int cuda_error);
+
+// ------------------------------------------------------------ fp16/bf16 --
+
+// Writes the whole payload (16-byte header + K little-endian u16 codes) of
+// the k values at d_values to d_payload (kHeaderBytes + 2k bytes).
+// codec is kCodecFp16 or kCodecBf16. Does not synchronize.
+GpuStatus HalfEncode(uint8_t codec, const float* d_values, int64_t k,
+                     uint8_t* d_payload, void* stream);
+
+// Decodes the K codes of a checked payload (d_payload: kHeaderBytes + 2k
+// bytes) into d_out. Does not synchronize.
+GpuStatus HalfDecode(uint8_t codec, const uint8_t* d_payload, int64_t k,
+                     float* d_out, void* stream);
+
+// ---------------------------------------------------------------- qsgd --
+
+// Device scratch of QsgdEncode / QsgdDecode: the error records.
+size_t QsgdScratchBytes();
+
+// Result of QsgdEncode: first_bad is the position of the first non-finite
+// value (k if none) and bad_value that value.
+struct QsgdEncodeResult {
+  int64_t first_bad;
+  float bad_value;
+};
+
+// Writes the whole qsgd payload of the k values (levels s, bucket size, as
+// in qsgd.h; payload_bytes = MakeQsgdLayout(k, s, bucket).size) and checks
+// the values for NaN/Inf. Synchronizes the stream and fills *result; when
+// result->first_bad < k the payload is unspecified.
+GpuStatus QsgdEncode(const float* d_values, int64_t k, uint32_t s, uint32_t bucket,
+                     uint64_t seed, uint8_t* d_payload, int64_t payload_bytes,
+                     void* d_scratch, size_t scratch_bytes, void* stream,
+                     QsgdEncodeResult* result);
+
+// Result of QsgdDecode, in the order the CPU kernel checks: first_bad_scale
+// (bucket index of the first scale that is not finite and >= 0, or
+// num_buckets) and bad_scale; last_code_byte (for the padding check; 0 if
+// there are no codes); first_bad_code (position of the first invalid code, or
+// k). When any check fails d_out is unspecified.
+struct QsgdDecodeResult {
+  int64_t first_bad_scale;
+  float bad_scale;
+  uint8_t last_code_byte;
+  int64_t first_bad_code;
+};
+
+// Decodes a payload whose header and size were checked (k, s, bucket from
+// its header; payload_bytes its size) into d_out (k floats). Synchronizes
+// the stream and fills *result.
+GpuStatus QsgdDecode(const uint8_t* d_payload, int64_t payload_bytes, int64_t k,
+                     uint32_t s, uint32_t bucket, float* d_out, void* d_scratch,
+                     size_t scratch_bytes, void* stream, QsgdDecodeResult* result);
+
+// ------------------------------------------------------------- polyfit --
+
+// Device bytes of the decode tables of a payload with num_segs segments and
+// num_coefs coefficients (see PolyfitUploadTables).
+size_t PolyfitTableBytes(int64_t num_segs, int64_t num_coefs);
+
+// Copies the host tables of a checked payload to d_tables (PolyfitTableBytes
+// bytes): start[num_segs + 1] and coff[num_segs + 1] (value_args.h's
+// PolyfitTables) and the coefficients (num_coefs little-endian f32, any
+// alignment). Synchronizes the stream, so the host buffers may be freed on
+// return.
+GpuStatus PolyfitUploadTables(const int64_t* start, const int64_t* coff,
+                              const uint8_t* coefs, int64_t num_segs, int64_t num_coefs,
+                              void* d_tables, size_t table_bytes, void* stream);
+
+// Evaluates the k values (k == start[num_segs]) of a payload of the given
+// degree into d_out from uploaded tables. Does not synchronize.
+GpuStatus PolyfitDecode(const void* d_tables, int64_t num_segs, int degree, int64_t k,
+                        float* d_out, void* stream);
+
+// ---------------------------------------------------------------- dexp --
+
+// Evaluates the k values of checked coefficients (sign split p_count) into
+// d_out. Does not synchronize.
+GpuStatus DexpDecode(const dexp::Coefs& pos, const dexp::Coefs& neg, int64_t p_count,
+                     int64_t k, float* d_out, void* stream);
+
+// ----------------------------------------------------------------- misc --
+
+// Copies `bytes` bytes from device to host and synchronizes the stream.
+GpuStatus CopyToHost(void* host_dst, const void* d_src, size_t bytes, void* stream);
+
+}  // namespace gpu
+}  // namespace value
+}  // namespace deepreduce
+
+#endif  // DEEPREDUCE_KERNELS_VALUE_VALUE_GPU_H_
