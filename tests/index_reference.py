@@ -78,9 +78,10 @@ def rice_param(block):
     d = np.diff(np.asarray(block, dtype=np.int64)) - 1
     if len(d) == 0:
         return 0, 0
-    costs = [int((d >> r).sum()) + len(d) * (1 + r) for r in range(57)]
-    r = int(np.argmin(costs))
-    return r, costs[r]
+    rs = np.arange(57, dtype=np.int64)
+    costs = (d[:, None] >> rs).sum(axis=0) + len(d) * (1 + rs)
+    r = int(np.argmin(costs))  # the first minimum: the smallest r on ties
+    return r, int(costs[r])
 
 
 def rice_block_bytes(block, r):
@@ -96,9 +97,34 @@ def rice_block_bytes(block, r):
     return acc.to_bytes((pos + 7) // 8, "little")
 
 
-def encode_golomb(idx, n, block_size=1024):
+AUTO_LOG2_BLOCKS = range(4, 13)  # golomb.h kAutoMinLog2Block..kAutoMaxLog2Block
+
+
+def golomb_body_bytes(idx, n, block_size):
+    """Bytes after the common header: B, varint S, block table, stream."""
     idx = np.asarray(idx, dtype=np.int64)
     k = len(idx)
+    s = sum((rice_param(idx[i:i + block_size])[1] + 7) // 8 for i in range(0, k, block_size))
+    w_idx = (n - 1).bit_length() if n > 0 else 0
+    nb = -(-k // block_size)
+    return 1 + len(varint(s)) + (nb * (w_idx + s.bit_length() + 6) + 7) // 8 + s
+
+
+def golomb_auto_block_size(idx, n):
+    """The auto choice: smallest body over 2^4..2^12, ties to the larger."""
+    best = None
+    for log2b in AUTO_LOG2_BLOCKS:
+        size = golomb_body_bytes(idx, n, 1 << log2b)
+        if best is None or size <= best[0]:
+            best = (size, 1 << log2b)
+    return best[1]
+
+
+def encode_golomb(idx, n, block_size=None):
+    idx = np.asarray(idx, dtype=np.int64)
+    k = len(idx)
+    if block_size in (None, 0, "auto"):
+        block_size = golomb_auto_block_size(idx, n)
     log2b = block_size.bit_length() - 1
     blocks = [idx[s:s + block_size] for s in range(0, k, block_size)]
     params, streams = [], []
@@ -120,7 +146,7 @@ def encode_golomb(idx, n, block_size=1024):
             b"".join(streams))
 
 
-def encode(codec, idx, n, block_size=1024):
+def encode(codec, idx, n, block_size=None):
     if codec == "golomb":
         return encode_golomb(idx, n, block_size)
     return {"int32": encode_int32, "bitmap": encode_bitmap, "rle": encode_rle}[codec](idx, n)

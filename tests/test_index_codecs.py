@@ -96,6 +96,60 @@ def test_golomb_block_sizes(block_size, dtype):
     roundtrip("golomb", idx, n, dtype, block_size=block_size)
 
 
+def golomb_block_size_of(payload):
+    """The block size recorded in a golomb payload (the byte after the header)."""
+    _, _, n, k = ref.parse_common_header(payload.tobytes())
+    return 1 << int(payload[ref.header_size(n, k)])
+
+
+AUTO_SETS = {
+    "random_1pct": lambda rng: (200_000, random_set(rng, 200_000, 2000)),
+    "random_0.1pct": lambda rng: (2_000_000, random_set(rng, 2_000_000, 2000)),
+    "clustered": lambda rng: (300_000, clustered_set(rng, 300_000, 6000)),
+    "tight_clusters": lambda rng: (1_000_000, clustered_set(rng, 1_000_000, 3000, 20, 0.0005)),
+    "dense_runs": lambda rng: (100_000, np.unique(np.concatenate(
+        [np.arange(s, s + 300) for s in rng.integers(0, 99_000, 10)]))),
+    "tiny": lambda rng: (1000, np.array([3, 5, 700], np.int64)),
+    "single": lambda rng: (50, np.array([7], np.int64)),
+    "empty": lambda rng: (50, np.array([], np.int64)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(AUTO_SETS))
+def test_golomb_auto_block_size(case, dtype):
+    """Auto (the default) matches the reference's choice and bytes, decodes,
+    and is never larger than any fixed block size."""
+    n, idx = AUTO_SETS[case](np.random.default_rng(11))
+    for kw in ({}, {"block_size": "auto"}, {"block_size": None}, {"block_size": 0}):
+        payload = roundtrip("golomb", idx, n, dtype, **kw)
+        if len(idx):
+            assert golomb_block_size_of(payload) == ref.golomb_auto_block_size(idx, n)
+    for log2b in range(4, 17):
+        fixed = index.encode("golomb", tf.constant(idx, dtype), n, block_size=1 << log2b)
+        assert len(payload) <= len(fixed.numpy()), (case, 1 << log2b)
+        if log2b <= 12 and len(payload) == len(fixed.numpy()) and len(idx):
+            # ties go to the larger block
+            assert golomb_block_size_of(payload) >= 1 << log2b
+
+
+def test_golomb_auto_prefers_small_blocks_when_clustered():
+    rng = np.random.default_rng(3)
+    n = 1_000_000
+    idx = clustered_set(rng, n, 3000, clusters=20, width=0.0005)
+    payload = index.encode("golomb", tf.constant(idx), n).numpy()
+    fixed = index.encode("golomb", tf.constant(idx), n, block_size=1024).numpy()
+    assert golomb_block_size_of(payload) < 1024
+    assert len(payload) < len(fixed)
+
+
+def test_golomb_auto_uniform_prefers_large_blocks():
+    rng = np.random.default_rng(4)
+    n = 2_000_000
+    idx = random_set(rng, n, 20_000)
+    payload = index.encode("golomb", tf.constant(idx), n).numpy()
+    assert golomb_block_size_of(payload) >= 256
+
+
 @pytest.mark.parametrize("codec", ["golomb", "rle"])
 def test_roundtrip_large_multithreaded(codec):
     """Many blocks / chunks, so the thread pool splits the work."""
@@ -249,9 +303,15 @@ def test_unknown_codec_and_bad_args():
     with pytest.raises(ValueError, match="out_idx"):
         index.decode("rle", np.zeros(5, np.uint8), out_idx=tf.float32)
     invalid(lambda: index.decode("rle", tf.zeros([5], tf.int32)), "uint8")
-    for bs in (8, 100, 2**17):
+    for bs in (8, 100, 2**17, -16, "big", 16.0, True):
         with pytest.raises((tf.errors.InvalidArgumentError, ValueError), match="block_size"):
             index.encode("golomb", tf.constant([1], tf.int64), 10, block_size=bs)
+    # the kernel's own check, bypassing the wrapper
+    ops = index._loader.load()
+    for bs in (8, 100, 2**17, -16):
+        with pytest.raises((tf.errors.InvalidArgumentError, ValueError), match="block_size"):
+            ops.deep_reduce_index_encode_golomb(tf.constant([1], tf.int64),
+                                                tf.constant(10, tf.int64), block_size=bs)
 
 
 # --------------------------------------------------------------------------

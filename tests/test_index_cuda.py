@@ -114,6 +114,28 @@ def test_gpu_golomb_block_sizes(block_size, dtype):
     assert_same_roundtrip("golomb", idx, n, dtype, block_size=block_size)
 
 
+GOLOMB_AUTO_SETS = {
+    "random_1pct": lambda rng: (1_000_003, random_set(rng, 1_000_003, 10_000)),
+    "random_0.1pct": lambda rng: (1_000_003, random_set(rng, 1_000_003, 1_000)),
+    "clustered": lambda rng: (3_000_000, clustered_set(rng, 3_000_000, 60_000)),
+    "tight_clusters": lambda rng: (1_000_000, clustered_set(rng, 1_000_000, 3000, 20, 0.0005)),
+    "tiny": lambda rng: (1000, np.array([3, 5, 700], np.int64)),
+    "empty": lambda rng: (1000, np.array([], np.int64)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(GOLOMB_AUTO_SETS))
+@pytest.mark.parametrize("block_size", ["auto", None, 0])
+def test_gpu_golomb_auto_block_size(case, block_size, dtype):
+    """The GPU's candidate pass picks the CPU's (and the reference's) block
+    size: the same bytes."""
+    n, idx = GOLOMB_AUTO_SETS[case](np.random.default_rng(5))
+    assert_same_roundtrip("golomb", idx, n, dtype, block_size=block_size)
+    p_gpu = on("/GPU:0", index.encode, "golomb", tf.constant(idx, dtype), n,
+               block_size=block_size)
+    assert p_gpu.numpy().tobytes() == ref.encode("golomb", idx, n)
+
+
 @pytest.mark.parametrize("gap", [0, 240, 241, 2287, 2288, 67823, 67824, 2**24, 2**40, 2**62])
 def test_gpu_rle_varint_classes(gap):
     assert_same_roundtrip("rle", [gap], gap + 2, tf.int64)

@@ -14,12 +14,16 @@ Codecs (CODECS), sizes for K indices out of n:
           byte-aligned prefix varint per gap: 1 byte up to 240, 2 up to 2287,
           3 up to 67823, at most 9. About 8.7 bits/index at 1 % density, 15 at
           0.1 %. Lossless for every run length. Decoding is sequential.
-  golomb  Golomb-Rice coding of the gaps in blocks of 1024 indices, each
-          block with its own Rice parameter (chosen from the block's exact
-          cost, so it adapts to clustered sets) and a table entry (first
-          index, byte offset, parameter) so blocks encode and decode in
-          parallel. Within ~1-2 % of the information bound log2 C(n, K) at
-          0.1-1 % density, header included. Aliases: "gr", "rice".
+  golomb  Golomb-Rice coding of the gaps in blocks, each block with its
+          own Rice parameter (chosen from the block's exact cost, so it
+          adapts to clustered sets) and a table entry (first index, byte
+          offset, parameter) so blocks encode and decode in parallel. By
+          default the encoder sizes every block size 16, 32, ..., 4096
+          exactly and keeps the smallest payload (ties: the larger block);
+          the chosen size is in the header. Small blocks win on clustered
+          sets such as real top-k gradients; on uniform random sets it stays
+          within ~1-2 % of the information bound log2 C(n, K) at 0.1-1 %
+          density, header included. Aliases: "gr", "rice".
 
 The formats are specified in kernels/index/{index_format,rle,golomb}.h.
 Every decoder checks the header and every length against the payload it
@@ -38,7 +42,12 @@ ALIASES = {"gr": "golomb", "rice": "golomb"}
 CODEC_IDS = {"int32": 1, "bitmap": 2, "rle": 3, "golomb": 4}
 MAGIC = 0xDE
 FORMAT_VERSION = 1
-DEFAULT_BLOCK_SIZE = 1024
+DEFAULT_BLOCK_SIZE = "auto"
+# golomb block_size: "auto"/None/0 (the encoder chooses among these) or a
+# power of two in [MIN_BLOCK_SIZE, MAX_BLOCK_SIZE].
+AUTO_BLOCK_SIZES = tuple(1 << b for b in range(4, 13))
+MIN_BLOCK_SIZE = 16
+MAX_BLOCK_SIZE = 65536
 
 _OP_SUFFIX = {"int32": "int32", "bitmap": "bitmap", "rle": "rle", "golomb": "golomb"}
 
@@ -56,6 +65,21 @@ def canonical_codec(codec):
     return name
 
 
+def _block_size_attr(block_size):
+    """The op's block_size attribute: 0 for auto, else the power of two."""
+    if block_size is None or (isinstance(block_size, str) and block_size == "auto"):
+        return 0
+    if isinstance(block_size, (bool, str)) or not isinstance(block_size, (int, np.integer)):
+        raise ValueError(f'block_size must be "auto", None or a power of two in '
+                         f"[{MIN_BLOCK_SIZE}, {MAX_BLOCK_SIZE}], got {block_size!r}")
+    block_size = int(block_size)
+    if block_size != 0 and not (MIN_BLOCK_SIZE <= block_size <= MAX_BLOCK_SIZE and
+                                block_size & (block_size - 1) == 0):
+        raise ValueError(f'block_size must be "auto", None, 0 or a power of two in '
+                         f"[{MIN_BLOCK_SIZE}, {MAX_BLOCK_SIZE}], got {block_size}")
+    return block_size
+
+
 def encode(codec, indices, universe_size, block_size=DEFAULT_BLOCK_SIZE, name=None):
     """Encodes a sorted index set into one self-describing uint8 payload.
 
@@ -64,8 +88,11 @@ def encode(codec, indices, universe_size, block_size=DEFAULT_BLOCK_SIZE, name=No
       indices: int32/int64 vector of K strictly increasing indices in
         [0, universe_size).
       universe_size: n, the number of positions (integer scalar).
-      block_size: golomb only: indices per independently decodable block,
-        a power of two in [16, 65536].
+      block_size: golomb only: indices per independently decodable block.
+        "auto" (default), None or 0: the encoder computes the exact payload
+        size for every block size in AUTO_BLOCK_SIZES (16..4096) and keeps
+        the smallest (ties: the larger block); the choice is recorded in the
+        payload header. Otherwise a power of two in [16, 65536].
       name: optional op name.
 
     Returns:
@@ -73,11 +100,13 @@ def encode(codec, indices, universe_size, block_size=DEFAULT_BLOCK_SIZE, name=No
       and bitmap when K is static and universe_size is a constant.
 
     Raises:
-      ValueError: unknown codec.
+      ValueError: unknown codec, or a block_size that is not "auto"/None/0
+        or a power of two in [16, 65536].
       InvalidArgumentError: an index out of range, indices not strictly
         increasing, K > n, n > 2^31 for int32, wrong dtype or rank.
     """
     codec = canonical_codec(codec)
+    block_size = _block_size_attr(block_size)
     indices = tf.convert_to_tensor(indices)
     if indices.dtype not in (tf.int32, tf.int64):
         raise _invalid(f"indices must be int32 or int64, got {indices.dtype.name}")

@@ -139,6 +139,27 @@ inline absl::Status CheckBodyLength(const char* codec, uint64_t have, uint64_t w
   return absl::OkStatus();
 }
 
+// The golomb encoders' block_size attribute: 0 (the default) lets the
+// encoder choose per payload (golomb.h PickLog2Block) and parses to
+// kGolombAutoBlock; otherwise a power of two in [16, 65536].
+constexpr int kGolombAutoBlock = 0;
+
+inline absl::Status ParseGolombBlockSize(int64_t block_size, int* log2_block) {
+  if (block_size == 0) {
+    *log2_block = kGolombAutoBlock;
+    return absl::OkStatus();
+  }
+  const int log2 = block_size > 0 ? BitWidth64(static_cast<uint64_t>(block_size)) - 1 : -1;
+  if (block_size < 0 || (block_size & (block_size - 1)) != 0 ||
+      log2 < golomb::kMinLog2Block || log2 > golomb::kMaxLog2Block) {
+    return Invalid("block_size must be 0 (auto: the encoder picks the power of two in [16, "
+                   "4096] giving the smallest payload) or a power of two in [16, 65536], got " +
+                   std::to_string(block_size));
+  }
+  *log2_block = log2;
+  return absl::OkStatus();
+}
+
 // Golomb: parses B and S from `body` (readable up to prefix_end; the body has
 // body_bytes bytes in all), checks every length against the payload before
 // anything is allocated, and returns the layout and where the table and the

@@ -137,6 +137,16 @@ GpuStatus RleDecode(const uint8_t* d_body, int64_t body_bytes, int64_t k, uint64
 // One CUDA thread handles one golomb block (ChooseRiceParam, EncodeBlock,
 // DecodeBlock of golomb.h).
 //
+// Encode pass 0, auto block size only (block_size attribute 0): sizes every
+// candidate 2^B, B in golomb::kAutoMinLog2Block..kAutoMaxLog2Block (one
+// kernel per candidate, totals reduced on the device and copied back once)
+// and *log2_block = golomb::PickLog2Block of them, as the CPU encoder does.
+// Synchronizes.
+size_t GolombAutoScratchBytes();
+GpuStatus GolombAutoBlock(const int32_t* d_idx, int64_t k, uint64_t n, void* d_scratch,
+                          size_t scratch_bytes, void* stream, int* log2_block);
+GpuStatus GolombAutoBlock(const int64_t* d_idx, int64_t k, uint64_t n, void* d_scratch,
+                          size_t scratch_bytes, void* stream, int* log2_block);
 // Encode pass 1: each block's Rice parameter and byte count and the exclusive
 // scan of the counts; *stream_bytes = S. Synchronizes.
 size_t GolombEncodeScratchBytes(int64_t k, int log2_block, GpuStatus* status);

@@ -210,18 +210,52 @@ class EncodeGolombOp : public EncodeBase<Tidx> {
   explicit EncodeGolombOp(OpKernelConstruction* ctx) : EncodeBase<Tidx>(ctx) {
     int64_t block_size;
     OP_REQUIRES_OK(ctx, ctx->GetAttr("block_size", &block_size));
-    log2_block_ = BitWidth64(static_cast<uint64_t>(block_size)) - 1;
-    OP_REQUIRES(ctx,
-                block_size > 0 && (block_size & (block_size - 1)) == 0 &&
-                    log2_block_ >= golomb::kMinLog2Block &&
-                    log2_block_ <= golomb::kMaxLog2Block,
-                Invalid("block_size must be a power of two in [16, 65536], got " +
-                        std::to_string(block_size)));
+    OP_REQUIRES_OK(ctx, ParseGolombBlockSize(block_size, &log2_block_));
   }
 
  protected:
+  // Stream length S of every auto candidate 2^B (stream_bytes[B - min]).
+  // One pass over chunks of the largest candidate block, each sized under
+  // all candidates while it is in cache; per-shard sums, no scratch.
+  static void AutoStreamBytes(tensorflow::thread::ThreadPool* pool, const Tidx* idx, int64_t k,
+                              int64_t* stream_bytes) {
+    constexpr int kChunkLog2 = golomb::kAutoMaxLog2Block;
+    constexpr int kCandidates = golomb::kAutoCandidates;
+    const int64_t chunks = (k + (int64_t{1} << kChunkLog2) - 1) >> kChunkLog2;
+    std::atomic<int64_t> totals[kCandidates];
+    for (auto& t : totals) t.store(0, std::memory_order_relaxed);
+    pool->ParallelFor(chunks, (int64_t{1} << kChunkLog2) * 8 * kCandidates,
+                      [&](int64_t begin, int64_t end) {
+      int64_t local[kCandidates] = {};
+      for (int64_t c = begin; c < end; ++c) {
+        for (int i = 0; i < kCandidates; ++i) {
+          const int log2_block = golomb::kAutoMinLog2Block + i;
+          const int per_chunk = kChunkLog2 - log2_block;
+          const int64_t blocks = (k + (int64_t{1} << log2_block) - 1) >> log2_block;
+          const int64_t stop = std::min(blocks, (c + 1) << per_chunk);
+          for (int64_t b = c << per_chunk; b < stop; ++b) {
+            uint64_t bits;
+            golomb::ChooseRiceParam(idx + (b << log2_block),
+                                    golomb::BlockCount(k, log2_block, b), &bits);
+            local[i] += static_cast<int64_t>((bits + 7) / 8);
+          }
+        }
+      }
+      for (int i = 0; i < kCandidates; ++i) {
+        totals[i].fetch_add(local[i], std::memory_order_relaxed);
+      }
+    });
+    for (int i = 0; i < kCandidates; ++i) stream_bytes[i] = totals[i].load();
+  }
+
   void Encode(OpKernelContext* ctx, const Tidx* idx, int64_t k, int64_t n) override {
-    const int log2_block = log2_block_;
+    auto pool = Pool(ctx);
+    int log2_block = log2_block_;
+    if (log2_block == kGolombAutoBlock) {
+      int64_t stream_bytes[golomb::kAutoCandidates];
+      AutoStreamBytes(pool, idx, k, stream_bytes);
+      log2_block = golomb::PickLog2Block(n, k, stream_bytes);
+    }
     const int64_t blocks = static_cast<int64_t>(
         golomb::MakeLayout(n, k, log2_block, 0).num_blocks);
     // Per block: Rice parameter, then (after the scan) its stream offset.
@@ -233,8 +267,7 @@ class EncodeGolombOp : public EncodeBase<Tidx> {
     int32_t* param = param_t.flat<int32_t>().data();
     int64_t* off = off_t.flat<int64_t>().data();
     const int64_t block_size = int64_t{1} << log2_block;
-    auto pool = Pool(ctx);
-    pool->ParallelFor(blocks, block_size * 12, [&](int64_t begin, int64_t end) {
+    pool->ParallelFor(blocks, block_size * 6, [&](int64_t begin, int64_t end) {
       for (int64_t b = begin; b < end; ++b) {
         const uint64_t count = golomb::BlockCount(k, log2_block, b);
         uint64_t bits;
@@ -273,7 +306,7 @@ class EncodeGolombOp : public EncodeBase<Tidx> {
   }
 
  private:
-  int log2_block_;
+  int log2_block_;  // kGolombAutoBlock: chosen per payload
 };
 
 // ---------------------------------------------------------------------------

@@ -28,9 +28,9 @@ namespace {
 // rest).
 constexpr int kThreads = 256;
 // Threads per CUDA block of the golomb kernels, where one thread owns one
-// golomb block (1024 indices by default): a 25 M-position tensor at 1 % has
-// ~250 busy threads, so the kernels are latency-bound and small CUDA blocks
-// spread them over the SMs.
+// golomb block (16..4096 indices, chosen per payload by default): a 25 M-
+// position tensor at 1 % has ~60-16k busy threads, so the kernels are
+// latency-bound and small CUDA blocks spread them over the SMs.
 constexpr int kGolombThreads = 64;
 static_assert(kThreads % 32 == 0 && kGolombThreads % 32 == 0, "whole warps");
 // A gap must not skip a whole chunk (rle.h).
@@ -488,6 +488,22 @@ __global__ void __launch_bounds__(kGolombThreads)
   }
 }
 
+// Auto block size: grid-stride over the blocks of one candidate size; each
+// thread sums its blocks' exact byte counts and adds that to *total once.
+template <typename T>
+__global__ void __launch_bounds__(kGolombThreads)
+    GolombCandidateKernel(const T* __restrict__ idx, int64_t k, int log2_block, int64_t blocks,
+                          unsigned long long* __restrict__ total) {
+  unsigned long long local = 0;
+  DR_GRID_STRIDE(b, blocks) {
+    uint64_t bits;
+    golomb::ChooseRiceParam(idx + (b << log2_block), golomb::BlockCount(k, log2_block, b),
+                            &bits);
+    local += static_cast<unsigned long long>((bits + 7) / 8);
+  }
+  if (local != 0) atomicAdd(total, local);
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kGolombThreads)
     GolombEncodeKernel(const T* __restrict__ idx, int64_t k, int log2_block, int64_t blocks,
@@ -551,6 +567,41 @@ GpuStatus GolombSizeT(const T* d_idx, int64_t k, int log2_block, void* d_scratch
                                                       sc.counts);
   DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching GolombPlanKernel");
   return ScanAndTotal(sc, blocks + 1, s, stream_bytes);
+}
+
+template <typename T>
+GpuStatus GolombAutoBlockT(const T* d_idx, int64_t k, uint64_t n, void* d_scratch,
+                           size_t scratch_bytes, void* stream, int* log2_block) {
+  int64_t stream_bytes[golomb::kAutoCandidates] = {};
+  if (k > 0) {
+    if (scratch_bytes < GolombAutoScratchBytes()) {
+      return Fail(cudaErrorInvalidValue, "golomb scratch is smaller than GolombAutoScratchBytes");
+    }
+    cudaStream_t s = AsStream(stream);
+    unsigned long long* totals = static_cast<unsigned long long*>(d_scratch);
+    DR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(totals, 0, GolombAutoScratchBytes(), s),
+                            "clearing the golomb candidate totals");
+    for (int i = 0; i < golomb::kAutoCandidates; ++i) {
+      const int log2 = golomb::kAutoMinLog2Block + i;
+      const int64_t blocks = NumBlocks(k, log2);
+      int grid = 0;
+      DR_CUDA_RETURN_IF_ERROR(GridSize(GolombCandidateKernel<T>, blocks, kGolombThreads, &grid),
+                              "sizing the grid");
+      GolombCandidateKernel<T><<<grid, kGolombThreads, 0, s>>>(d_idx, k, log2, blocks,
+                                                               totals + i);
+      DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching GolombCandidateKernel");
+    }
+    unsigned long long h_totals[golomb::kAutoCandidates];
+    DR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(h_totals, totals, GolombAutoScratchBytes(),
+                                            cudaMemcpyDeviceToHost, s),
+                            "copying the golomb candidate totals to the host");
+    DR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s), "running GolombCandidateKernel");
+    for (int i = 0; i < golomb::kAutoCandidates; ++i) {
+      stream_bytes[i] = static_cast<int64_t>(h_totals[i]);
+    }
+  }
+  *log2_block = golomb::PickLog2Block(n, static_cast<uint64_t>(k), stream_bytes);
+  return Ok();
 }
 
 template <typename T>
@@ -716,6 +767,10 @@ size_t GolombEncodeScratchBytes(int64_t k, int log2_block, GpuStatus* status) {
   return sc.total_bytes;
 }
 
+size_t GolombAutoScratchBytes() {
+  return sizeof(unsigned long long) * golomb::kAutoCandidates;
+}
+
 size_t GolombDecodeScratchBytes(int64_t num_blocks) {
   if (num_blocks == 0) return 0;
   return AlignUp(sizeof(uint64_t) * GolombTableValues(num_blocks)) + sizeof(unsigned long long);
@@ -756,6 +811,10 @@ size_t GolombDecodeScratchBytes(int64_t num_blocks) {
   GpuStatus GolombSize(const T* d_idx, int64_t k, int log2_block, void* d_scratch,               \
                        size_t scratch_bytes, void* stream, int64_t* stream_bytes) {              \
     return GolombSizeT(d_idx, k, log2_block, d_scratch, scratch_bytes, stream, stream_bytes);    \
+  }                                                                                              \
+  GpuStatus GolombAutoBlock(const T* d_idx, int64_t k, uint64_t n, void* d_scratch,              \
+                            size_t scratch_bytes, void* stream, int* log2_block) {               \
+    return GolombAutoBlockT(d_idx, k, n, d_scratch, scratch_bytes, stream, log2_block);          \
   }                                                                                              \
   GpuStatus GolombWrite(const T* d_idx, int64_t k, const golomb::Layout& layout,                 \
                         const void* d_scratch, size_t scratch_bytes, uint8_t* d_table,           \

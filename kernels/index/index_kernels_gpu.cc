@@ -202,32 +202,36 @@ class EncodeGolombGpuOp : public EncodeGpuBase<Tidx> {
   explicit EncodeGolombGpuOp(OpKernelConstruction* ctx) : EncodeGpuBase<Tidx>(ctx) {
     int64_t block_size;
     OP_REQUIRES_OK(ctx, ctx->GetAttr("block_size", &block_size));
-    log2_block_ = BitWidth64(static_cast<uint64_t>(block_size)) - 1;
-    OP_REQUIRES(ctx,
-                block_size > 0 && (block_size & (block_size - 1)) == 0 &&
-                    log2_block_ >= golomb::kMinLog2Block &&
-                    log2_block_ <= golomb::kMaxLog2Block,
-                Invalid("block_size must be a power of two in [16, 65536], got " +
-                        std::to_string(block_size)));
+    OP_REQUIRES_OK(ctx, ParseGolombBlockSize(block_size, &log2_block_));
   }
 
  protected:
   void Encode(OpKernelContext* ctx, const Tidx* idx, int64_t k, int64_t n,
               void* stream) override {
     gpu::GpuStatus st;
-    const size_t scratch_bytes = gpu::GolombEncodeScratchBytes(k, log2_block_, &st);
+    int log2_block = log2_block_;
+    if (log2_block == kGolombAutoBlock) {
+      Tensor auto_t;
+      OP_REQUIRES_OK(ctx, AllocateScratch(ctx, gpu::GolombAutoScratchBytes(), &auto_t));
+      OP_REQUIRES_OK(ctx, CudaStatus(gpu::GolombAutoBlock(idx, k, static_cast<uint64_t>(n),
+                                                          auto_t.flat<uint8_t>().data(),
+                                                          gpu::GolombAutoScratchBytes(),
+                                                          stream, &log2_block),
+                                     "IndexEncodeGolomb"));
+    }
+    const size_t scratch_bytes = gpu::GolombEncodeScratchBytes(k, log2_block, &st);
     OP_REQUIRES_OK(ctx, CudaStatus(st, "IndexEncodeGolomb"));
     Tensor scratch_t;
     OP_REQUIRES_OK(ctx, AllocateScratch(ctx, scratch_bytes, &scratch_t));
     void* scratch = scratch_t.flat<uint8_t>().data();
     int64_t s = 0;
-    OP_REQUIRES_OK(ctx, CudaStatus(gpu::GolombSize(idx, k, log2_block_, scratch, scratch_bytes,
+    OP_REQUIRES_OK(ctx, CudaStatus(gpu::GolombSize(idx, k, log2_block, scratch, scratch_bytes,
                                                    stream, &s),
                                    "IndexEncodeGolomb"));
-    const golomb::Layout layout = golomb::MakeLayout(n, k, log2_block_, s);
+    const golomb::Layout layout = golomb::MakeLayout(n, k, log2_block, s);
     const int64_t table_bytes = static_cast<int64_t>(GolombTableBytes(layout));
     uint8_t extra[1 + kMaxVarintBytes];
-    extra[0] = static_cast<uint8_t>(log2_block_);
+    extra[0] = static_cast<uint8_t>(log2_block);
     const int extra_len =
         static_cast<int>(PutVarint(extra + 1, static_cast<uint64_t>(s)) - extra);
     uint8_t* table = this->AllocatePayload(ctx, stream, kCodecGolomb, n, k, extra, extra_len,
@@ -239,7 +243,7 @@ class EncodeGolombGpuOp : public EncodeGpuBase<Tidx> {
   }
 
  private:
-  int log2_block_;
+  int log2_block_;  // kGolombAutoBlock: chosen per payload
 };
 
 // ---------------------------------------------------------------------------

@@ -85,13 +85,17 @@ REGISTER_OP("DeepReduce>IndexEncodeGolomb")
     .Input("universe_size: int64")
     .Output("payload: uint8")
     .Attr("Tidx: {int32, int64}")
-    .Attr("block_size: int = 1024")
+    // 0: auto, the encoder picks the block size (2^4..2^12) with the
+    // smallest payload; else a power of two in [16, 65536].
+    .Attr("block_size: int = 0")
     .SetShapeFn([](InferenceContext* c) -> absl::Status {
       int64_t block_size;
       TF_RETURN_IF_ERROR(c->GetAttr("block_size", &block_size));
-      if (block_size < 16 || block_size > 65536 || (block_size & (block_size - 1)) != 0) {
+      if (block_size != 0 &&
+          (block_size < 16 || block_size > 65536 || (block_size & (block_size - 1)) != 0)) {
         return absl::InvalidArgumentError(
-            "block_size must be a power of two in [16, 65536], got " +
+            "block_size must be 0 (auto: the encoder picks the power of two in [16, 4096] "
+            "giving the smallest payload) or a power of two in [16, 65536], got " +
             std::to_string(block_size));
       }
       return EncodeShape(c, nullptr);

@@ -56,7 +56,21 @@ Bytes Header(int codec, uint64_t n, uint64_t k) {
   return h;
 }
 
+Bytes RefEncode(int codec, const std::vector<int64_t>& idx, uint64_t n, int log2_block);
+
+// Golomb auto mode (log2_block 0), independently of golomb::PickLog2Block:
+// every candidate payload in full, the shortest wins, ties to the larger.
+Bytes RefEncodeAuto(const std::vector<int64_t>& idx, uint64_t n) {
+  Bytes best;
+  for (int b = golomb::kAutoMinLog2Block; b <= golomb::kAutoMaxLog2Block; ++b) {
+    Bytes p = RefEncode(kGolomb, idx, n, b);
+    if (best.empty() || p.size() <= best.size()) best.swap(p);
+  }
+  return best;
+}
+
 Bytes RefEncode(int codec, const std::vector<int64_t>& idx, uint64_t n, int log2_block) {
+  if (codec == kGolomb && log2_block == 0) return RefEncodeAuto(idx, n);
   const uint64_t k = idx.size();
   Bytes out = Header(codec, n, k);
   if (codec == kInt32) {
@@ -176,6 +190,13 @@ Bytes GpuEncode(int codec, const std::vector<T>& idx, int64_t n, int log2_block,
     scratch_bytes = gpu::RleEncodeScratchBytes(k, &st);
     CheckStatus(st);
   } else {
+    if (log2_block == 0) {  // auto: pass 0 picks the block size
+      DeviceBuffer totals(gpu::GolombAutoScratchBytes());
+      CheckStatus(gpu::GolombAutoBlock(d_idx.as<T>(), k, n, totals.ptr,
+                                       gpu::GolombAutoScratchBytes(), s, &log2_block));
+      Expect(log2_block >= golomb::kAutoMinLog2Block && log2_block <= golomb::kAutoMaxLog2Block,
+             "auto block size out of range: " + std::to_string(log2_block));
+    }
     scratch_bytes = gpu::GolombEncodeScratchBytes(k, log2_block, &st);
     CheckStatus(st);
   }
@@ -332,6 +353,16 @@ std::vector<Case> Cases() {
   std::mt19937_64 rng(3);
   for (double d : {0.001, 0.01, 0.1, 0.5}) {
     cases.push_back({1000003, RandomSet(rng, 1000003, d), "random " + std::to_string(d)});
+  }
+  {  // dense runs in a sparse background: auto picks small blocks
+    std::vector<int64_t> cl;
+    for (int64_t i = 0; i < 2000003; i += 997) {
+      cl.push_back(i);
+      if ((i / 997) % 50 == 0) {
+        for (int64_t j = 1; j < 300 && i + 3 * j < 2000003 && 3 * j < 997; ++j) cl.push_back(i + 3 * j);
+      }
+    }
+    cases.push_back({2000003, cl, "clustered"});
   }
   cases.push_back({int64_t{1} << 40,
                    {0, 5, int64_t{1} << 33, (int64_t{1} << 40) - 1}, "huge n (int64)"});
@@ -507,6 +538,55 @@ bool HostSelfCheck() {
   if (p != r.data() + r.size()) return false;
   if (!RleChunkedMatchesSequential()) return false;
 
+  // golomb::PickLog2Block from the candidates' stream lengths (what the
+  // GPU's pass 0 reduces) == the shortest full payload (RefEncodeAuto).
+  for (const Case& c : Cases()) {
+    int64_t sb[golomb::kAutoCandidates];
+    for (int i = 0; i < golomb::kAutoCandidates; ++i) {
+      const int b = golomb::kAutoMinLog2Block + i;
+      const uint64_t k = c.idx.size();
+      sb[i] = 0;
+      for (uint64_t blk = 0; (blk << b) < k; ++blk) {
+        uint64_t bits;
+        golomb::ChooseRiceParam(c.idx.data() + (blk << b), golomb::BlockCount(k, b, blk), &bits);
+        sb[i] += static_cast<int64_t>((bits + 7) / 8);
+      }
+    }
+    const int picked = golomb::PickLog2Block(c.n, c.idx.size(), sb);
+    const Bytes want = RefEncodeAuto(c.idx, c.n);
+    if (RefEncode(kGolomb, c.idx, c.n, picked) != want) {
+      std::printf("golomb auto choice B=%d differs from the shortest payload (%s)\n", picked,
+                  c.name.c_str());
+      return false;
+    }
+  }
+  // ChooseRiceParam (fused local search) == the exhaustive argmin, smallest on ties.
+  for (int trial = 0; trial < 2000; ++trial) {
+    const int count = 1 + static_cast<int>(rng() % 40);
+    std::vector<int64_t> blk(count);
+    const int spread = static_cast<int>(rng() % 40);
+    int64_t v = static_cast<int64_t>(rng() % 1000);
+    for (int i = 0; i < count; ++i) {
+      blk[i] = v;
+      const uint64_t gap = spread == 0 ? 0 : (rng() >> (64 - spread)) >> (rng() % spread);
+      v += 1 + static_cast<int64_t>(gap);
+    }
+    uint64_t bits;
+    const int r = golomb::ChooseRiceParam(blk.data(), count, &bits);
+    int best_r = 0;
+    uint64_t best = count > 1 ? golomb::RiceBits(blk.data(), count, 0) : 0;
+    for (int q = 1; q <= golomb::kMaxRiceParam && count > 1; ++q) {
+      const uint64_t c = golomb::RiceBits(blk.data(), count, q);
+      if (c < best) best = c, best_r = q;
+    }
+    if (r != best_r || bits != best) {
+      std::printf("ChooseRiceParam r=%d bits=%llu, exhaustive r=%d bits=%llu (trial %d)\n", r,
+                  static_cast<unsigned long long>(bits), best_r,
+                  static_cast<unsigned long long>(best), trial);
+      return false;
+    }
+  }
+
   for (int trial = 0; trial < 300; ++trial) {
     const int log2_block = 4 + static_cast<int>(rng() % 3);
     const uint64_t blocks = 1 + rng() % 40;
@@ -581,9 +661,13 @@ int main() {
     for (const Case& c : Cases()) {
       if (codec == kBitmap && c.n > (int64_t{1} << 24)) continue;
       if (codec == kInt32 && c.n > (int64_t{1} << 31)) continue;
-      for (int log2_block : codec == kGolomb ? std::vector<int>{4, 10, 16} : std::vector<int>{0}) {
-        const std::string name = std::string(CodecName(codec)) + " " + c.name +
-                                 (codec == kGolomb ? " B=" + std::to_string(log2_block) : "");
+      // golomb B=0: auto block size
+      for (int log2_block : codec == kGolomb ? std::vector<int>{0, 4, 10, 16} : std::vector<int>{0}) {
+        const std::string name =
+            std::string(CodecName(codec)) + " " + c.name +
+            (codec == kGolomb ? (log2_block == 0 ? std::string(" auto")
+                                                 : " B=" + std::to_string(log2_block))
+                              : "");
         if (c.n <= (int64_t{1} << 31)) {
           report(name + " int32", [&] { RunCase<int32_t>(codec, c, log2_block, stream); });
         }
