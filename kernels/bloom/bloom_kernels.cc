@@ -11,6 +11,7 @@
 
 #include "kernels/bloom/bloom.h"
 #include "kernels/bloom/bloom_args.h"
+#include "kernels/common/cpu_parallel.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/platform/threadpool.h"
@@ -30,17 +31,7 @@ using ::tensorflow::TensorShape;
 // every item owns whole words of the scratch bitmap.
 constexpr int64_t kQueryBlock = 4096;
 
-tensorflow::thread::ThreadPool* Pool(OpKernelContext* ctx) {
-  return ctx->device()->tensorflow_cpu_worker_threads()->workers;
-}
 
-// Records the smallest failing position seen by any thread.
-void AtomicMin(std::atomic<int64_t>* target, int64_t value) {
-  int64_t cur = target->load(std::memory_order_relaxed);
-  while (value < cur &&
-         !target->compare_exchange_weak(cur, value, std::memory_order_relaxed)) {
-  }
-}
 
 template <typename Tidx>
 class BloomFilterInsertOp : public OpKernel {
@@ -141,7 +132,7 @@ class BloomFilterInsertOp : public OpKernel {
     }
 
     std::atomic<int64_t> first_bad{k};
-    Pool(ctx)->ParallelFor(
+    CpuPool(ctx)->ParallelFor(
         k, /*cost_per_unit=*/20 + 10 * h, [&](int64_t begin, int64_t end) {
           for (int64_t i = begin; i < end; ++i) {
             const int64_t v = static_cast<int64_t>(idx[i]);
@@ -253,7 +244,7 @@ class BloomFilterQueryOp : public OpKernel {
     int64_t* counts = counts_t.flat<int64_t>().data();
 
     // Pass 1: one bit per position, and the number of positives per block.
-    Pool(ctx)->ParallelFor(
+    CpuPool(ctx)->ParallelFor(
         num_blocks, kQueryBlock * 10, [&](int64_t begin, int64_t end) {
           for (int64_t blk = begin; blk < end; ++blk) {
             const int64_t lo = blk * kQueryBlock;
@@ -278,7 +269,7 @@ class BloomFilterQueryOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({total}), &out_t));
     Tidx* out = out_t->flat<Tidx>().data();
     // Pass 2: each block writes its positives at its prefix offset.
-    Pool(ctx)->ParallelFor(
+    CpuPool(ctx)->ParallelFor(
         num_blocks, kQueryBlock / 8, [&](int64_t begin, int64_t end) {
           for (int64_t blk = begin; blk < end; ++blk) {
             int64_t o = counts[blk];
@@ -349,7 +340,7 @@ class BloomFilterSelectOp : public OpKernel {
     if (policy_ != kConflictSets) {  // conflict_sets checks while it hashes
       const uint8_t* bytes = ctx->input(0).flat<uint8_t>().data();
       std::atomic<int64_t> first_bad{num_pos};
-      Pool(ctx)->ParallelFor(num_pos, 20 + 8 * layout.num_hashes,
+      CpuPool(ctx)->ParallelFor(num_pos, 20 + 8 * layout.num_hashes,
                              [&](int64_t begin, int64_t end) {
                                for (int64_t i = begin; i < end; ++i) {
                                  if (!Contains(layout, bytes, static_cast<uint64_t>(pos[i]))) {
@@ -401,7 +392,7 @@ class BloomFilterSelectOp : public OpKernel {
     auto* pairs = reinterpret_cast<std::pair<uint64_t, uint64_t>*>(
         order_t.flat<uint64_t>().data());
     const uint64_t seed = static_cast<uint64_t>(policy_seed_);
-    Pool(ctx)->ParallelFor(num_pos, 20, [&](int64_t begin, int64_t end) {
+    CpuPool(ctx)->ParallelFor(num_pos, 20, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
         const uint64_t p = static_cast<uint64_t>(pos[i]);
         pairs[i] = {RandomPolicyKey(seed, p), p};
@@ -467,7 +458,7 @@ class BloomFilterSelectOp : public OpKernel {
     std::memset(count, 0, sizeof(uint32_t) * m);
     std::memset(covered, 0, m + num_pos);
     std::fill(best, best + m, ~uint64_t{0});
-    auto pool = Pool(ctx);
+    auto pool = CpuPool(ctx);
 
     // Distinct bits of every positive (a repeated probe is stored as kNone),
     // and a check that each claimed positive really is one.

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "kernels/common/bit_io.h"
+#include "kernels/common/cpu_parallel.h"
 #include "kernels/index/golomb.h"
 #include "kernels/index/index_args.h"
 #include "kernels/index/index_format.h"
@@ -34,16 +35,7 @@ using ::tensorflow::TensorShape;
 constexpr int64_t kRleChunk = 16384;
 constexpr int64_t kBitmapChunkBytes = 8192;
 
-tensorflow::thread::ThreadPool* Pool(OpKernelContext* ctx) {
-  return ctx->device()->tensorflow_cpu_worker_threads()->workers;
-}
 
-void AtomicMin(std::atomic<int64_t>* target, int64_t value) {
-  int64_t cur = target->load(std::memory_order_relaxed);
-  while (value < cur &&
-         !target->compare_exchange_weak(cur, value, std::memory_order_relaxed)) {
-  }
-}
 
 // Eight bitmap bytes as one little-endian word (bit j = byte j / 8, bit j % 8;
 // every target here is little-endian), alignment-free.
@@ -58,7 +50,7 @@ template <typename T>
 absl::Status ValidateSorted(OpKernelContext* ctx, const T* idx, int64_t k, int64_t n,
                             const char* name) {
   std::atomic<int64_t> first_bad{k};
-  Pool(ctx)->ParallelFor(k, 4, [&](int64_t begin, int64_t end) {
+  CpuPool(ctx)->ParallelFor(k, 4, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const int64_t v = static_cast<int64_t>(idx[i]);
       if (v < 0 || v >= n || (i > 0 && static_cast<int64_t>(idx[i - 1]) >= v)) {
@@ -122,7 +114,7 @@ class EncodeInt32Op : public EncodeBase<Tidx> {
                         std::to_string(n) + " > 2^31; use golomb, rle or bitmap"));
     uint8_t* body = this->AllocatePayload(ctx, kCodecInt32, n, k, 0, 4 * k);
     if (body == nullptr) return;
-    Pool(ctx)->ParallelFor(k, 2, [&](int64_t begin, int64_t end) {
+    CpuPool(ctx)->ParallelFor(k, 2, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
         StoreLE32(body + 4 * i, static_cast<uint32_t>(idx[i]));
       }
@@ -143,7 +135,7 @@ class EncodeBitmapOp : public EncodeBase<Tidx> {
     std::memset(body, 0, bytes);
     // Indices are sorted, so only the bytes at the two ends of a work item can
     // be shared with a neighbouring item; those take an atomic OR.
-    Pool(ctx)->ParallelFor(k, 3, [&](int64_t begin, int64_t end) {
+    CpuPool(ctx)->ParallelFor(k, 3, [&](int64_t begin, int64_t end) {
       const uint64_t lo = static_cast<uint64_t>(idx[begin]) >> 3;
       const uint64_t hi = static_cast<uint64_t>(idx[end - 1]) >> 3;
       for (int64_t i = begin; i < end; ++i) {
@@ -176,7 +168,7 @@ class EncodeRleOp : public EncodeBase<Tidx> {
                     : static_cast<uint64_t>(idx[i]) - static_cast<uint64_t>(idx[i - 1]) - 1;
     };
     // Pass 1: bytes per chunk; pass 2: each chunk writes at its prefix sum.
-    Pool(ctx)->ParallelFor(chunks, kRleChunk * 4, [&](int64_t begin, int64_t end) {
+    CpuPool(ctx)->ParallelFor(chunks, kRleChunk * 4, [&](int64_t begin, int64_t end) {
       for (int64_t c = begin; c < end; ++c) {
         int64_t bytes = 0;
         for (int64_t i = c * kRleChunk, e = std::min(k, i + kRleChunk); i < e; ++i) {
@@ -193,7 +185,7 @@ class EncodeRleOp : public EncodeBase<Tidx> {
     }
     uint8_t* body = this->AllocatePayload(ctx, kCodecRle, n, k, 0, total);
     if (body == nullptr) return;
-    Pool(ctx)->ParallelFor(chunks, kRleChunk * 6, [&](int64_t begin, int64_t end) {
+    CpuPool(ctx)->ParallelFor(chunks, kRleChunk * 6, [&](int64_t begin, int64_t end) {
       for (int64_t c = begin; c < end; ++c) {
         uint8_t* p = body + off[c];
         for (int64_t i = c * kRleChunk, e = std::min(k, i + kRleChunk); i < e; ++i) {
@@ -249,7 +241,7 @@ class EncodeGolombOp : public EncodeBase<Tidx> {
   }
 
   void Encode(OpKernelContext* ctx, const Tidx* idx, int64_t k, int64_t n) override {
-    auto pool = Pool(ctx);
+    auto pool = CpuPool(ctx);
     int log2_block = log2_block_;
     if (log2_block == kGolombAutoBlock) {
       int64_t stream_bytes[golomb::kAutoCandidates];
@@ -337,7 +329,7 @@ class DecodeInt32Op : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({k}), &out_t));
     Tidx* out = out_t->flat<Tidx>().data();
     const int64_t n = static_cast<int64_t>(h.n);
-    Pool(ctx)->ParallelFor(k, 2, [&](int64_t begin, int64_t end) {
+    CpuPool(ctx)->ParallelFor(k, 2, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
         // Read as signed: words >= 2^31 (never written, n <= 2^31) become
         // negative for either out_idx and fail the range check below.
@@ -377,7 +369,7 @@ class DecodeBitmapOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_INT64, TensorShape({chunks + 1}),
                                            &off_t));
     int64_t* off = off_t.flat<int64_t>().data();
-    auto pool = Pool(ctx);
+    auto pool = CpuPool(ctx);
     pool->ParallelFor(chunks, kBitmapChunkBytes, [&](int64_t begin, int64_t end) {
       for (int64_t c = begin; c < end; ++c) {
         const int64_t i0 = c * kBitmapChunkBytes;
@@ -500,7 +492,7 @@ class DecodeGolombOp : public OpKernel {
     Tidx* out = out_t->flat<Tidx>().data();
     std::atomic<int64_t> first_bad{blocks};
     const int64_t block_size = int64_t{1} << log2_block;
-    Pool(ctx)->ParallelFor(blocks, block_size * 10, [&](int64_t begin, int64_t stop) {
+    CpuPool(ctx)->ParallelFor(blocks, block_size * 10, [&](int64_t begin, int64_t stop) {
       for (int64_t b = begin; b < stop; ++b) {
         const uint64_t upper = b + 1 < blocks ? first[b + 1] : h.n;
         if (!golomb::DecodeBlock(stream + off[b], stream + off[b + 1], first[b],

@@ -39,6 +39,7 @@
 #include <limits>
 #include <string>
 
+#include "kernels/common/cpu_parallel.h"
 #include "kernels/sparsify/sparsify.h"
 #include "kernels/sparsify/sparsify_args.h"
 #include "tensorflow/core/framework/op_kernel.h"
@@ -63,9 +64,6 @@ using ThreadPool = ::tensorflow::thread::ThreadPool;
 // Elements per work item: 64 KiB of float32, so that pass 2 re-reads a block
 // from L2 and a block's candidates are one contiguous run.
 constexpr int64_t kBlock = 16384;
-ThreadPool* Pool(OpKernelContext* ctx) {
-  return ctx->device()->tensorflow_cpu_worker_threads()->workers;
-}
 
 // Key functors: key(i) of position i, and how many of its bits can be set.
 template <typename F>
@@ -176,7 +174,7 @@ template <typename Fn>
 absl::Status ParallelHistogram(OpKernelContext* ctx, int64_t num_units,
                                int64_t unit_cost, int64_t num_buckets, Fn fn,
                                uint32_t* merged) {
-  ThreadPool* pool = Pool(ctx);
+  ThreadPool* pool = CpuPool(ctx);
   const int64_t workers = pool->NumThreads() + 1;
   Tensor hist_t, used_t;
   TF_RETURN_IF_ERROR(ctx->allocate_temp(
@@ -291,7 +289,7 @@ absl::Status AssignOffsets(int64_t* blk, int64_t num_blocks, int64_t need_eq,
 template <typename T, typename Tidx>
 void SelectAll(OpKernelContext* ctx, int64_t n, const T* x, Tidx* out_idx,
                T* out_val) {
-  Pool(ctx)->ParallelFor(n, ThreadPool::SchedulingParams::Adaptive(2),
+  CpuPool(ctx)->ParallelFor(n, ThreadPool::SchedulingParams::Adaptive(2),
                          [&](int64_t begin, int64_t end) {
                            for (int64_t i = begin; i < end; ++i) {
                              out_idx[i] = static_cast<Tidx>(i);
@@ -308,7 +306,7 @@ template <typename Keys, typename T, typename Tidx>
 absl::Status SelectLargestExact(OpKernelContext* ctx, const Keys& keys, int64_t n,
                            int64_t k, const T* x, Tidx* out_idx, T* out_val) {
   using U = typename Keys::U;
-  ThreadPool* pool = Pool(ctx);
+  ThreadPool* pool = CpuPool(ctx);
   const RadixPlan plan = MakeRadixPlan(keys.KeyBits(), LevelBitsFor(n));
   const int shift0 = plan.Shift(0);
   const int64_t num_buckets0 = int64_t{1} << plan.DigitBits(0);
@@ -451,7 +449,7 @@ absl::Status SelectLargestSampled(OpKernelContext* ctx, const Keys& keys, int64_
                                   bool* done) {
   using U = typename Keys::U;
   *done = false;
-  ThreadPool* pool = Pool(ctx);
+  ThreadPool* pool = CpuPool(ctx);
   const RadixPlan plan = MakeRadixPlan(keys.KeyBits());
   constexpr int64_t S = kSampleChunks * kSampleChunkLen;
 
@@ -698,7 +696,7 @@ class ThresholdSelectOp : public OpKernel {
                                            TensorShape({(n + 63) / 64}), &mark_t));
     int64_t* off = off_t.flat<int64_t>().data();
     uint64_t* mark = mark_t.flat<uint64_t>().data();
-    ThreadPool* pool = Pool(ctx);
+    ThreadPool* pool = CpuPool(ctx);
     pool->ParallelFor(
         num_blocks, ThreadPool::SchedulingParams::Adaptive(kBlock * 2),
         [&](int64_t begin, int64_t end) {

@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "external/zlib/zlib.h"  // TF's bundled zlib; libtensorflow_framework exports it
+#include "kernels/common/cpu_parallel.h"
 #include "kernels/value/dexp.h"
 #include "kernels/value/halfcast.h"
 #include "kernels/value/lsq.h"
@@ -36,16 +37,7 @@ using ::tensorflow::OpKernelContext;
 using ::tensorflow::Tensor;
 using ::tensorflow::TensorShape;
 
-tensorflow::thread::ThreadPool* Pool(OpKernelContext* ctx) {
-  return ctx->device()->tensorflow_cpu_worker_threads()->workers;
-}
 
-void AtomicMin(std::atomic<int64_t>* target, int64_t value) {
-  int64_t cur = target->load(std::memory_order_relaxed);
-  while (value < cur &&
-         !target->compare_exchange_weak(cur, value, std::memory_order_relaxed)) {
-  }
-}
 
 // Allocates a scratch buffer of `count` objects of T (trivially copyable).
 template <typename T>
@@ -67,7 +59,7 @@ absl::Status CheckValues(OpKernelContext* ctx, const Tensor& t, const char* code
   if (!require_finite || k == 0) return absl::OkStatus();
   const float* v = t.flat<float>().data();
   std::atomic<int64_t> first_bad{k};
-  Pool(ctx)->ParallelFor(k, 2, [&](int64_t begin, int64_t end) {
+  CpuPool(ctx)->ParallelFor(k, 2, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       if (!std::isfinite(v[i])) {
         AtomicMin(&first_bad, i);
@@ -102,7 +94,7 @@ absl::Status SortDescending(OpKernelContext* ctx, const float* v, int64_t k, Tid
   if (!s.ok()) return s;
   s = AllocateScratch(ctx, k, &b_t, &b);
   if (!s.ok()) return s;
-  Pool(ctx)->ParallelFor(k, 5, [&](int64_t begin, int64_t end) {
+  CpuPool(ctx)->ParallelFor(k, 5, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       a[i] = (static_cast<uint64_t>(DescendingKey(v[i])) << 32) | static_cast<uint64_t>(i);
     }
@@ -116,7 +108,7 @@ absl::Status SortDescending(OpKernelContext* ctx, const float* v, int64_t k, Tid
     for (int64_t i = 0; i < k; ++i) b[count[(a[i] >> shift) & 0xff]++] = a[i];
     std::swap(a, b);
   }
-  Pool(ctx)->ParallelFor(k, 5, [&](int64_t begin, int64_t end) {
+  CpuPool(ctx)->ParallelFor(k, 5, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const int64_t pos = static_cast<int64_t>(a[i] & 0xffffffffULL);
       perm[i] = static_cast<Tidx>(pos);
@@ -335,7 +327,7 @@ class PolyfitEncodeOp : public PolyfitEncodeBase {
       }
     }
     const int cols = degree_ + 1;
-    Pool(ctx)->ParallelFor(num_blocks, kFitBlock * cols * cols * 6,
+    CpuPool(ctx)->ParallelFor(num_blocks, kFitBlock * cols * cols * 6,
                            [&](int64_t begin, int64_t end) {
       for (int64_t b = begin; b < end; ++b) {
         const Block& bl = blocks[b];
@@ -416,7 +408,7 @@ class PolyfitDecodeOp : public OpKernel {
     float* out = out_t->flat<float>().data();
     const int degree = v.degree;
     const int64_t num_segs = v.num_segs;
-    Pool(ctx)->ParallelFor(k, 4 * (degree + 2), [&](int64_t begin, int64_t end) {
+    CpuPool(ctx)->ParallelFor(k, 4 * (degree + 2), [&](int64_t begin, int64_t end) {
       int64_t q = std::upper_bound(start, start + num_segs + 1, begin) - start - 1;
       for (int64_t i = begin; i < end; ++i) {
         while (i >= start[q + 1]) ++q;
@@ -550,7 +542,7 @@ class DexpEncodeOp : public OpKernel {
     dexp::Coefs coefs[2];
     absl::Status status[2];
     // The two sign parts are independent fits.
-    Pool(ctx)->ParallelFor(2, std::max<int64_t>(k, 1) * 200, [&](int64_t begin, int64_t end) {
+    CpuPool(ctx)->ParallelFor(2, std::max<int64_t>(k, 1) * 200, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) status[i] = FitPart(parts[i], &coefs[i]);
     });
     OP_REQUIRES_OK(ctx, status[0]);
@@ -587,7 +579,7 @@ class DexpDecodeOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({static_cast<int64_t>(k)}), &out_t));
     float* out = out_t->flat<float>().data();
     const int64_t kk = static_cast<int64_t>(k), pp = static_cast<int64_t>(pos);
-    Pool(ctx)->ParallelFor(kk, 60, [&](int64_t begin, int64_t end) {
+    CpuPool(ctx)->ParallelFor(kk, 60, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) out[i] = dexp::DecodeAt(c[0], c[1], pp, kk, i);
     });
   }
@@ -639,7 +631,7 @@ class QsgdEncodeOp : public OpKernel {
     uint8_t* codes = scales + 4 * l.num_buckets;
     const int64_t nb = static_cast<int64_t>(l.num_buckets);
     const int64_t bucket = l.bucket;
-    auto pool = Pool(ctx);
+    auto pool = CpuPool(ctx);
     pool->ParallelFor(nb, bucket * 2, [&](int64_t begin, int64_t end) {
       for (int64_t b = begin; b < end; ++b) {
         float m = 0.0f;
@@ -712,7 +704,7 @@ class QsgdDecodeOp : public OpKernel {
     const int64_t chunks = (kk + kQsgdChunk - 1) / kQsgdChunk;
     const uint32_t mask = (uint32_t{1} << w) - 1;
     std::atomic<int64_t> first_bad{kk};
-    Pool(ctx)->ParallelFor(chunks, kQsgdChunk * 10, [&](int64_t begin, int64_t end) {
+    CpuPool(ctx)->ParallelFor(chunks, kQsgdChunk * 10, [&](int64_t begin, int64_t end) {
       for (int64_t c = begin; c < end; ++c) {
         const int64_t lo = c * kQsgdChunk, hi = std::min(kk, lo + kQsgdChunk);
         const uint8_t* src = codes + lo * w / 8;
@@ -762,7 +754,7 @@ class HalfEncodeOp : public OpKernel {
     WriteHeader(out, kCodec, static_cast<uint64_t>(k));
     const float* v = values_t.flat<float>().data();
     uint8_t* dst = out + kHeaderBytes;
-    Pool(ctx)->ParallelFor(k, 4, [&](int64_t begin, int64_t end) {
+    CpuPool(ctx)->ParallelFor(k, 4, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
         PutU16(dst + 2 * i, kCodec == kCodecFp16 ? halfcast::FloatToFp16(v[i])
                                                  : halfcast::FloatToBf16(v[i]));
@@ -786,7 +778,7 @@ class HalfDecodeOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({static_cast<int64_t>(k)}), &out_t));
     float* out = out_t->flat<float>().data();
     const uint8_t* src = payload.flat<uint8_t>().data() + kHeaderBytes;
-    Pool(ctx)->ParallelFor(static_cast<int64_t>(k), 4, [&](int64_t begin, int64_t end) {
+    CpuPool(ctx)->ParallelFor(static_cast<int64_t>(k), 4, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
         const uint16_t h = GetU16(src + 2 * i);
         out[i] = kCodec == kCodecFp16 ? halfcast::Fp16ToFloat(h) : halfcast::Bf16ToFloat(h);
