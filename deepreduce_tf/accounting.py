@@ -1,0 +1,70 @@
+"""Byte accounting: what each compress sent, against what it replaced.
+
+Every Compressor records each compress() in its ByteLedger (compressor.ledger):
+per variable, the payload bytes and the dense bytes of the LAST step, and
+running totals. The numbers live in int64 tf.Variables, so they are updated
+inside tf.function too; read them eagerly (step_totals(), per_variable()) or
+log them (summary()).
+"""
+import tensorflow as tf
+
+
+class ByteLedger(tf.Module):
+    """Per-variable byte counters, created lazily."""
+
+    def __init__(self, name=None):
+        super().__init__(name=name)
+        self.sent = {}
+        self.dense = {}
+        self.total_sent = None
+        self.total_dense = None
+
+    def _var(self, table, key):
+        var = table.get(key)
+        if var is None:
+            with tf.init_scope():
+                var = tf.Variable(tf.constant(0, tf.int64), trainable=False, name="bytes")
+            table[key] = var
+        return var
+
+    def _totals(self):
+        if self.total_sent is None:
+            with tf.init_scope():
+                self.total_sent = tf.Variable(tf.constant(0, tf.int64), trainable=False,
+                                              name="total_sent")
+                self.total_dense = tf.Variable(tf.constant(0, tf.int64), trainable=False,
+                                               name="total_dense")
+
+    def record(self, ctx):
+        """Records one compress (a compressors.Context)."""
+        self._totals()
+        sent = tf.cast(ctx.payload_bytes, tf.int64)
+        self._var(self.sent, ctx.name).assign(sent)
+        self._var(self.dense, ctx.name).assign(ctx.dense_bytes)
+        self.total_sent.assign_add(sent)
+        self.total_dense.assign_add(ctx.dense_bytes)
+
+    def per_variable(self):
+        """{name: (payload_bytes, dense_bytes)} of each variable's last compress."""
+        return {k: (int(self.sent[k].numpy()), int(self.dense[k].numpy()))
+                for k in sorted(self.sent)}
+
+    def step_totals(self):
+        """(payload_bytes, dense_bytes) summed over variables, last step of each."""
+        per = self.per_variable()
+        return sum(s for s, _ in per.values()), sum(d for _, d in per.values())
+
+    def running_totals(self):
+        """(payload_bytes, dense_bytes) over every compress since creation."""
+        if self.total_sent is None:
+            return 0, 0
+        return int(self.total_sent.numpy()), int(self.total_dense.numpy())
+
+    def summary(self):
+        """A printable table of the last step, per variable and in total."""
+        rows = [f"{'variable':<40} {'sent B':>12} {'dense B':>12} {'ratio':>8}"]
+        for k, (s, d) in self.per_variable().items():
+            rows.append(f"{k[:40]:<40} {s:>12,} {d:>12,} {d / max(s, 1):>8.1f}")
+        s, d = self.step_totals()
+        rows.append(f"{'TOTAL':<40} {s:>12,} {d:>12,} {d / max(s, 1):>8.1f}")
+        return "\n".join(rows)

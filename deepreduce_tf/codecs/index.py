@@ -1,0 +1,211 @@
+"""Index codecs: the positions of a sparse tensor <-> one uint8 section.
+
+Every codec maps a strictly increasing int64 vector of K positions out of
+[0, n) to bytes and back. encode() also returns the positions the RECEIVER
+will decode, so that the sender can send the values of exactly those
+positions (REFERENCE 1.1, false-positive-aware values): for the lossless
+codecs that is the input itself, for the Bloom filter it is the filter's
+decoded set under the configured policy.
+
+  raw     the positions as little-endian int32 (int64 when n > 2^31 - 1);
+          the only codec that carries an arbitrary ORDER, so a value codec
+          that reorders values (polyfit, dexp) reorders these directly.
+  int32   deepreduce_tf.index 'int32' payload (4 bytes per index + header).
+  bitmap  n/8 bytes.
+  rle     run-length varint gaps.
+  golomb  block Golomb-Rice gaps (the project's near-entropy codec).
+  bloom   Bloom filter of m = K ln(1/fpr)/ln(2)^2 bits; lossy: the receiver
+          decodes the filter's positives and a policy picks among them.
+"""
+import abc
+import collections
+
+import tensorflow as tf
+
+from deepreduce_tf.ops import bloom as bloom_ops
+from deepreduce_tf.ops import index as index_ops
+
+IndexEncoding = collections.namedtuple("IndexEncoding", ["section", "positions", "aux"])
+IndexEncoding.__doc__ = """What an index codec produced.
+
+section: uint8 vector, the bytes that travel.
+positions: int64 vector, strictly increasing: the positions the receiver
+  will decode from `section` (the input for lossless codecs).
+aux: tuple of two int64 scalars stored in the payload header (the Bloom
+  filter's m and h; zeros for the other codecs)."""
+
+INT32_LIMIT = (1 << 31) - 1
+
+
+def _bytes_of(t):
+    """The little-endian bytes of a numeric vector, as a uint8 vector."""
+    return tf.reshape(tf.bitcast(t, tf.uint8), [-1])
+
+
+def _zero_aux():
+    return (tf.constant(0, tf.int64), tf.constant(0, tf.int64))
+
+
+class IndexCodec(abc.ABC):
+    """Base class. Subclasses set `name`, `codec_id` and `lossless`."""
+
+    name = None
+    codec_id = None
+    lossless = True
+    # True if encode() accepts positions in any order and decode() returns
+    # them in that order (only 'raw').
+    carries_order = False
+
+    def config(self):
+        """Parameters the decoder must share with the encoder (fingerprinted)."""
+        return {}
+
+    @abc.abstractmethod
+    def encode(self, indices, n):
+        """indices: int64 [K] strictly increasing (any order if carries_order);
+        n: Python int. Returns an IndexEncoding."""
+
+    @abc.abstractmethod
+    def decode(self, section, n, k, aux):
+        """section: uint8 vector; n: Python int; k: int64 scalar (the number
+        of indices the sender encoded); aux: int64 [2]. Returns int64
+        positions (same order as the sender's IndexEncoding.positions)."""
+
+    def __repr__(self):
+        cfg = ", ".join(f"{k}={v!r}" for k, v in sorted(self.config().items()))
+        return f"{type(self).__name__}({cfg})"
+
+
+class RawIndex(IndexCodec):
+    name = "raw"
+    codec_id = 0
+    carries_order = True
+
+    def encode(self, indices, n):
+        dtype = tf.int32 if n <= INT32_LIMIT else tf.int64
+        return IndexEncoding(_bytes_of(tf.cast(indices, dtype)), indices, _zero_aux())
+
+    def decode(self, section, n, k, aux):
+        width = 4 if n <= INT32_LIMIT else 8
+        dtype = tf.int32 if width == 4 else tf.int64
+        tf.debugging.assert_equal(
+            tf.size(section, out_type=tf.int64), k * width,
+            message=f"raw index section: expected {width} bytes per index")
+        out = tf.cast(tf.bitcast(tf.reshape(section, [-1, width]), dtype), tf.int64)
+        # A CRC-valid payload from a faulty sender must still not scatter out
+        # of range or onto one position twice.
+        tf.debugging.assert_less(out, tf.constant(n, tf.int64),
+                                 message="raw index section: index out of range")
+        tf.debugging.assert_non_negative(out, message="raw index section: negative index")
+        return out
+
+
+class _OpIndex(IndexCodec):
+    """A lossless codec of deepreduce_tf.index (self-describing payloads)."""
+
+    op_codec = None
+
+    def encode(self, indices, n):
+        section = index_ops.encode(self.op_codec, indices, tf.constant(n, tf.int64),
+                                   **self._encode_kwargs())
+        return IndexEncoding(section, indices, _zero_aux())
+
+    def _encode_kwargs(self):
+        return {}
+
+    def decode(self, section, n, k, aux):
+        out = index_ops.decode(self.op_codec, section, out_idx=tf.int64)
+        tf.debugging.assert_equal(tf.size(out, out_type=tf.int64), k,
+                                  message=f"{self.name} index section: index count differs "
+                                          "from the payload header's K")
+        return out
+
+
+class Int32Index(_OpIndex):
+    name = "int32"
+    codec_id = 1
+    op_codec = "int32"
+
+
+class BitmapIndex(_OpIndex):
+    name = "bitmap"
+    codec_id = 2
+    op_codec = "bitmap"
+
+
+class RleIndex(_OpIndex):
+    name = "rle"
+    codec_id = 3
+    op_codec = "rle"
+
+
+class GolombIndex(_OpIndex):
+    name = "golomb"
+    codec_id = 4
+    op_codec = "golomb"
+
+    def __init__(self, block_size="auto"):
+        index_ops._block_size_attr(block_size)  # validates
+        self.block_size = block_size
+
+    def _encode_kwargs(self):
+        return {"block_size": self.block_size}
+
+
+class BloomIndex(IndexCodec):
+    """Bloom filter + false-positive policy (REFERENCE 1.1).
+
+    The sender runs the receiver's decode (query every position, then the
+    policy) and returns its result as `positions`; the compressor sends the
+    values at exactly those positions. p0 decodes all positives (more than K
+    values travel); the other policies decode exactly K positions.
+    """
+
+    name = "bloom"
+    codec_id = 5
+    lossless = False
+
+    def __init__(self, fpr=0.001, policy="conflict_sets", seed=0, policy_seed=0):
+        fpr = float(fpr)
+        if not 0.0 < fpr < 1.0:
+            raise ValueError(f"bloom: fpr must lie in (0, 1), got {fpr}")
+        if policy not in bloom_ops.POLICIES:
+            raise ValueError(f"bloom: unknown policy {policy!r}; valid choices: "
+                             f"{', '.join(bloom_ops.POLICIES)}")
+        for key, v in (("seed", seed), ("policy_seed", policy_seed)):
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise ValueError(f"bloom: {key} must be an int, got {v!r}")
+        self.fpr, self.policy, self.seed, self.policy_seed = fpr, policy, seed, policy_seed
+
+    def config(self):
+        return {"fpr": self.fpr, "policy": self.policy, "seed": self.seed,
+                "policy_seed": self.policy_seed}
+
+    def _decode(self, bits, m, h, n, k):
+        return bloom_ops.decode(bloom_ops.BloomFilter(bits, m, h), tf.constant(n, tf.int64), k,
+                                policy=self.policy, seed=self.seed,
+                                policy_seed=self.policy_seed, out_idx=tf.int64)
+
+    def encode(self, indices, n):
+        f = bloom_ops.insert(indices, tf.constant(n, tf.int64), fpr=self.fpr, seed=self.seed)
+        k = tf.size(indices, out_type=tf.int64)
+        positions = self._decode(f.bits, f.num_bits, f.num_hashes, n, k)
+        return IndexEncoding(f.bits, positions, (f.num_bits, f.num_hashes))
+
+    def decode(self, section, n, k, aux):
+        return self._decode(section, aux[0], aux[1], n, k)
+
+
+INDEX_CODECS = collections.OrderedDict(
+    (c.name, c) for c in (RawIndex, Int32Index, BitmapIndex, RleIndex, GolombIndex, BloomIndex))
+INDEX_ALIASES = {"gr": "golomb", "rice": "golomb", "lossless": "golomb", "none": "raw"}
+
+
+def make_index_codec(name, **kwargs):
+    """An index codec by name (INDEX_CODECS or INDEX_ALIASES)."""
+    key = INDEX_ALIASES.get(name, name)
+    if key not in INDEX_CODECS:
+        raise ValueError(f"unknown index codec {name!r}; valid choices: "
+                         f"{', '.join(INDEX_CODECS)} (aliases: "
+                         f"{', '.join(f'{a}={b}' for a, b in INDEX_ALIASES.items())})")
+    return INDEX_CODECS[key](**kwargs)

@@ -1,0 +1,116 @@
+"""Error-feedback memory (GRACE's Memory): what was not sent is kept.
+
+  none      nothing is kept.
+  residual  per variable, r <- (beta * r + gamma * g) - decoded, where decoded
+            is exactly what the receivers decode from the payload. With
+            beta = gamma = 1 (the default) nothing is lost: over T steps
+            sum(decoded) + r_T = sum(g), to float rounding.
+
+The residual of each variable is a non-trainable tf.Variable created lazily on
+the first compress of that variable (eagerly or inside tf.function: creation
+is lifted out with tf.init_scope). Memory objects are tf.Modules, so a
+tf.train.Checkpoint that holds them (or the compressor) saves the residuals;
+restoring before the variables exist is deferred until they are created.
+"""
+import abc
+import collections
+import re
+
+import tensorflow as tf
+
+
+class Memory(tf.Module, abc.ABC):
+    """Base class: compensate() before compressing, update() after."""
+
+    name_ = None
+
+    @abc.abstractmethod
+    def compensate(self, tensor, key):
+        """tensor: the flat gradient; key: the variable's name. Returns the
+        tensor to compress."""
+
+    @abc.abstractmethod
+    def update(self, key, compensated, decoded, keep=None):
+        """Stores compensated - decoded for `key`. keep: optional bool scalar
+        tensor; where True the stored residual is left unchanged (a step that
+        was sent dense because it held NaN/Inf)."""
+
+    def config(self):
+        return {}
+
+
+class NoMemory(Memory):
+    name_ = "none"
+
+    def compensate(self, tensor, key):
+        return tensor
+
+    def update(self, key, compensated, decoded, keep=None):
+        return None
+
+
+def _slot_name(key):
+    """A checkpoint-friendly attribute name for a variable key."""
+    return re.sub(r"[^0-9A-Za-z_.-]", "_", key)
+
+
+def default_variable_factory(initial_value, name):
+    """Creates a residual variable (overridable: tf.distribute needs
+    per-replica variables)."""
+    return tf.Variable(initial_value, trainable=False, name=name)
+
+
+class ResidualMemory(Memory):
+    name_ = "residual"
+
+    def __init__(self, beta=1.0, gamma=1.0, variable_factory=None, name=None):
+        super().__init__(name=name)
+        self.beta = float(beta)
+        self.gamma = float(gamma)
+        self._factory = variable_factory or default_variable_factory
+        self.residuals = {}
+
+    def config(self):
+        return {"beta": self.beta, "gamma": self.gamma}
+
+    def residual(self, key, like=None):
+        """The residual variable of `key`, created (zeros shaped like `like`)
+        on first use."""
+        var = self.residuals.get(key)
+        if var is None:
+            if like is None:
+                raise KeyError(f"no residual for {key!r} yet; known: {sorted(self.residuals)}")
+            if not like.shape.is_fully_defined():
+                raise ValueError(f"residual memory needs a static shape for {key!r}, "
+                                 f"got {like.shape}")
+            with tf.init_scope():
+                var = self._factory(tf.zeros(like.shape, like.dtype),
+                                    f"residual/{_slot_name(key)}")
+            self.residuals[key] = var
+        elif like is not None and (var.shape != like.shape or var.dtype != like.dtype):
+            raise ValueError(f"residual memory: {key!r} was first seen as {var.dtype.name} "
+                             f"{var.shape}, now {like.dtype.name} {like.shape}; use one key "
+                             "per variable")
+        return var
+
+    def compensate(self, tensor, key):
+        r = self.residual(key, like=tensor)
+        if self.beta == 1.0 and self.gamma == 1.0:
+            return tensor + r
+        return tf.cast(self.beta, tensor.dtype) * r + tf.cast(self.gamma, tensor.dtype) * tensor
+
+    def update(self, key, compensated, decoded, keep=None):
+        r = self.residual(key, like=compensated)
+        new = compensated - decoded
+        if keep is not None:
+            new = tf.where(keep, r.read_value(), new)
+        return r.assign(new)
+
+
+MEMORIES = collections.OrderedDict((c.name_, c) for c in (NoMemory, ResidualMemory))
+
+
+def make_memory(name, **kwargs):
+    if name not in MEMORIES:
+        raise ValueError(f"unknown memory {name!r}; valid choices: {', '.join(MEMORIES)}")
+    return MEMORIES[name](**kwargs)

@@ -1,0 +1,122 @@
+"""Sparsifiers: a flat gradient -> the positions it sends (GRACE's compressor).
+
+  topk       the k = ceil(compress_ratio * n) largest magnitudes (exact,
+             ties by index); deterministic.
+  randomk    k uniformly random positions, a pure function of (seed, n, k):
+             every worker draws the same positions for the same step.
+  threshold  every position with |x| >= threshold (data-dependent K).
+  none       every position (the tensor travels dense).
+
+Every sparsifier returns strictly increasing int64 positions.
+"""
+import abc
+import collections
+
+import tensorflow as tf
+
+from deepreduce_tf.ops import sparsify as sparsify_ops
+
+
+class Sparsifier(abc.ABC):
+    """Base class. `dense` is True for the identity sparsifier."""
+
+    name = None
+    dense = False
+    # True if the positions depend only on (n, step, seed), not on the data:
+    # workers then agree on them and values can be summed (all-reduce).
+    data_independent = False
+
+    @abc.abstractmethod
+    def select(self, x, seed):
+        """x: flat float tensor [n] (static n); seed: int64 scalar that
+        changes every step. Returns int64 [K] strictly increasing positions."""
+
+    def config(self):
+        return {}
+
+    def __repr__(self):
+        cfg = ", ".join(f"{k}={v!r}" for k, v in sorted(self.config().items()))
+        return f"{type(self).__name__}({cfg})"
+
+
+def _ratio(compress_ratio):
+    try:
+        ratio = float(compress_ratio)
+    except (TypeError, ValueError):
+        raise ValueError(f"compress_ratio must be a number in (0, 1], got {compress_ratio!r}")
+    if not 0.0 < ratio <= 1.0:
+        raise ValueError(f"compress_ratio must lie in (0, 1], got {compress_ratio!r}")
+    return ratio
+
+
+class TopK(Sparsifier):
+    name = "topk"
+
+    def __init__(self, compress_ratio=0.01):
+        self.compress_ratio = _ratio(compress_ratio)
+
+    def config(self):
+        return {"compress_ratio": self.compress_ratio}
+
+    def select(self, x, seed):
+        idx, _ = sparsify_ops.top_k_ratio(x, self.compress_ratio)
+        return idx
+
+
+class RandomK(Sparsifier):
+    name = "randomk"
+    data_independent = True
+
+    def __init__(self, compress_ratio=0.01):
+        self.compress_ratio = _ratio(compress_ratio)
+
+    def config(self):
+        return {"compress_ratio": self.compress_ratio}
+
+    def select(self, x, seed):
+        idx, _ = sparsify_ops.random_k_ratio(x, self.compress_ratio, seed)
+        return idx
+
+
+class Threshold(Sparsifier):
+    name = "threshold"
+
+    def __init__(self, threshold=0.01):
+        try:
+            t = float(threshold)
+        except (TypeError, ValueError):
+            raise ValueError(f"threshold must be a number >= 0, got {threshold!r}")
+        if not t >= 0.0:
+            raise ValueError(f"threshold must be >= 0, got {threshold!r}")
+        self.threshold = t
+
+    def config(self):
+        return {"threshold": self.threshold}
+
+    def select(self, x, seed):
+        idx, _ = sparsify_ops.threshold(x, tf.constant(self.threshold, x.dtype))
+        return idx
+
+
+class NoSparsifier(Sparsifier):
+    name = "none"
+    dense = True
+    data_independent = True
+
+    def select(self, x, seed):
+        return tf.range(tf.size(x, out_type=tf.int64), dtype=tf.int64)
+
+
+SPARSIFIERS = collections.OrderedDict(
+    (c.name, c) for c in (TopK, RandomK, Threshold, NoSparsifier))
+SPARSIFIER_ALIASES = {"top_k": "topk", "random_k": "randomk", "random": "randomk",
+                      "identity": "none", "dense": "none"}
+
+
+def make_sparsifier(name, **kwargs):
+    """A sparsifier by name (SPARSIFIERS or SPARSIFIER_ALIASES)."""
+    key = SPARSIFIER_ALIASES.get(name, name)
+    if key not in SPARSIFIERS:
+        raise ValueError(f"unknown compressor (sparsifier) {name!r}; valid choices: "
+                         f"{', '.join(SPARSIFIERS)}")
+    return SPARSIFIERS[key](**kwargs)
