@@ -4,7 +4,7 @@ The compiled ops load lazily: importing the package does not touch the op
 library; the first op call (or cuda_built(), build_info()) does.
 """
 from deepreduce_tf._version import __version__
-from deepreduce_tf.ops import bloom, index, sparsify, value
+from deepreduce_tf.ops import bloom, index, payload, sparsify, value
 from deepreduce_tf.ops._loader import OpLibraryError, build_info
 
 
@@ -19,4 +19,4 @@ def built_tf_version():
 
 
 __all__ = ["__version__", "bloom", "build_info", "built_tf_version",
-           "cuda_built", "index", "OpLibraryError", "sparsify", "value"]
+           "cuda_built", "index", "OpLibraryError", "payload", "sparsify", "value"]
