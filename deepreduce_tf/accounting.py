@@ -12,8 +12,11 @@ import tensorflow as tf
 class ByteLedger(tf.Module):
     """Per-variable byte counters, created lazily."""
 
-    def __init__(self, name=None):
+    def __init__(self, variable_factory=None, name=None):
         super().__init__(name=name)
+        from deepreduce_tf.memory import default_variable_factory
+
+        self._factory = variable_factory or default_variable_factory
         self.sent = {}
         self.dense = {}
         self.total_sent = None
@@ -23,17 +26,15 @@ class ByteLedger(tf.Module):
         var = table.get(key)
         if var is None:
             with tf.init_scope():
-                var = tf.Variable(tf.constant(0, tf.int64), trainable=False, name="bytes")
+                var = self._factory(tf.constant(0, tf.int64), "bytes")
             table[key] = var
         return var
 
     def _totals(self):
         if self.total_sent is None:
             with tf.init_scope():
-                self.total_sent = tf.Variable(tf.constant(0, tf.int64), trainable=False,
-                                              name="total_sent")
-                self.total_dense = tf.Variable(tf.constant(0, tf.int64), trainable=False,
-                                               name="total_dense")
+                self.total_sent = self._factory(tf.constant(0, tf.int64), "total_sent")
+                self.total_dense = self._factory(tf.constant(0, tf.int64), "total_dense")
 
     def record(self, ctx):
         """Records one compress (a compressors.Context)."""

@@ -107,6 +107,10 @@ class Compressor(tf.Module):
         counter, identical on every worker.
       ledger: an accounting.ByteLedger to record every compress into, or
         None; by default a new one (compressor.ledger).
+      variable_factory: callable(initial_value, name) -> tf.Variable used
+        for every state variable this compressor creates (residuals, step
+        counters, byte counters) unless the memory/ledger brought their own;
+        tf.distribute integrations use it to create per-replica variables.
 
     Raises:
       ValueError: an incompatible combination (the message says why).
@@ -114,7 +118,7 @@ class Compressor(tf.Module):
 
     def __init__(self, sparsifier, index_codec=None, value_codec=None, memory=None,
                  communicator=None, min_size=DEFAULT_MIN_SIZE, nonfinite="dense", seed=0,
-                 ledger="default", name=None):
+                 ledger="default", variable_factory=None, name=None):
         super().__init__(name=name)
         from deepreduce_tf import accounting, communicators
 
@@ -128,6 +132,9 @@ class Compressor(tf.Module):
             raise TypeError(f"index_codec must be a codecs.index.IndexCodec, got {index_codec!r}")
         if not isinstance(self.value_codec, value_codecs.ValueCodec):
             raise TypeError(f"value_codec must be a codecs.value.ValueCodec, got {value_codec!r}")
+        from deepreduce_tf.memory import default_variable_factory
+
+        self.variable_factory = variable_factory or default_variable_factory
         self.memory = memory if memory is not None else NoMemory()
         if not isinstance(self.memory, Memory):
             raise TypeError(f"memory must be a deepreduce_tf.memory.Memory, got {memory!r}")
@@ -149,7 +156,10 @@ class Compressor(tf.Module):
                              "choose compressor topk, randomk or threshold, or deepreduce "
                              "None/'value'")
         self.communicator.check(self)
-        self.ledger = accounting.ByteLedger() if ledger == "default" else ledger
+        if variable_factory is not None and getattr(self.memory, "_factory_given", True) is False:
+            self.memory._factory = variable_factory
+        self.ledger = (accounting.ByteLedger(variable_factory=self.variable_factory)
+                       if ledger == "default" else ledger)
         self.steps = {}
         self.config_id = _fingerprint({
             "index": self.index_codec.name, "index_config": repr(self.index_codec.config()),
@@ -198,8 +208,7 @@ class Compressor(tf.Module):
         counter = self.steps.get(key)
         if counter is None:
             with tf.init_scope():
-                counter = tf.Variable(tf.constant(0, tf.int64), trainable=False,
-                                      name="step")
+                counter = self.variable_factory(tf.constant(0, tf.int64), "step")
             self.steps[key] = counter
         step = counter.assign_add(1)
         return step + tf.constant(_key_seed(key, self.seed) << 20, tf.int64)

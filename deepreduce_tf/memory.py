@@ -67,6 +67,7 @@ class ResidualMemory(Memory):
         super().__init__(name=name)
         self.beta = float(beta)
         self.gamma = float(gamma)
+        self._factory_given = variable_factory is not None
         self._factory = variable_factory or default_variable_factory
         self.residuals = {}
 
