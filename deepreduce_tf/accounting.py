@@ -40,10 +40,11 @@ class ByteLedger(tf.Module):
         """Records one compress (a compressors.Context)."""
         self._totals()
         sent = tf.cast(ctx.payload_bytes, tf.int64)
+        dense = tf.cast(ctx.dense_bytes, tf.int64)
         self._var(self.sent, ctx.name).assign(sent)
-        self._var(self.dense, ctx.name).assign(ctx.dense_bytes)
+        self._var(self.dense, ctx.name).assign(dense)
         self.total_sent.assign_add(sent)
-        self.total_dense.assign_add(ctx.dense_bytes)
+        self.total_dense.assign_add(dense)
 
     def per_variable(self):
         """{name: (payload_bytes, dense_bytes)} of each variable's last compress."""
