@@ -63,6 +63,8 @@ def _check_count(value, what):
 
 
 def _uint8_vector(x, what):
+    if isinstance(x, (bytes, bytearray, memoryview)):
+        x = np.frombuffer(bytes(x), dtype=np.uint8)
     t = tf.convert_to_tensor(x)
     if t.dtype != tf.uint8:
         raise TypeError(f"{what} must be a uint8 tensor, got {t.dtype.name}; convert "
@@ -76,8 +78,8 @@ def pack(sections, meta, kind=KIND_TENSOR, name=None):
     """Packs byte sections and integer meta fields into one checked payload.
 
     Args:
-      sections: a list (or tuple) of uint8 vectors, possibly empty, each
-        possibly of length 0.
+      sections: a list (or tuple) of uint8 vectors (tensors, numpy arrays or
+        Python bytes), possibly empty, each possibly of length 0.
       meta: a list of Python ints in [0, 2^63), or an int64 vector (possibly
         empty).
       kind: what the payload holds, an int in [1, 255]: KIND_TENSOR (1, one
@@ -167,7 +169,7 @@ def unpack(payload, num_sections, num_meta, kind=KIND_TENSOR, expected=None,
     """Checks a payload written by pack() and splits it again.
 
     Args:
-      payload: uint8 vector.
+      payload: uint8 vector (or Python bytes).
       num_sections: the number of sections the payload must hold.
       num_meta: the number of meta fields the payload must hold.
       kind: the kind the payload must be of (see pack()).
@@ -294,10 +296,10 @@ def crc32c(data):
     return crc ^ 0xFFFFFFFF
 
 
-def _read_varint(buf, pos, what, problems):
+def _read_varint(buf, pos, end, what, problems):
     value = 0
     for i in range(10):
-        if pos >= len(buf):
+        if pos >= end:
             problems.append(f"truncated inside the {what}")
             return None, pos
         b = buf[pos]
@@ -353,18 +355,22 @@ def inspect(payload):
         problems.append(f"format version {info['version']} (this build reads "
                         f"{FORMAT_VERSION})")
         return info
+    if len(buf) < _FIXED_BYTES + 2 + _CRC_BYTES:
+        problems.append("truncated: too short to hold a header")
+        return info
     pos = _FIXED_BYTES
+    end = len(buf) - _CRC_BYTES  # the header never overlaps the CRC trailer
     fields = {}
     for what, key in (("meta count M", "meta"), ("section count S", "section_lengths")):
-        count, pos = _read_varint(buf, pos, what, problems)
+        count, pos = _read_varint(buf, pos, end, what, problems)
         if count is None:
             return info
-        if count > len(buf) - pos:
+        if count > end - pos:
             problems.append(f"the {what} ({count}) exceeds the bytes left")
             return info
         values = []
         for i in range(count):
-            v, pos = _read_varint(buf, pos, f"{key} entry {i}", problems)
+            v, pos = _read_varint(buf, pos, end, f"{key} entry {i}", problems)
             if v is None:
                 return info
             values.append(v)

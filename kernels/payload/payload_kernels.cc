@@ -149,7 +149,6 @@ std::string Prefix(int64_t size) {
 // Parses magic, version and the varint header without trusting any count:
 // every count is bounded by the bytes left before it is looped over.
 absl::Status ParseHeader(const uint8_t* begin, int64_t size, Header* h) {
-  const uint8_t* const end = begin + size;
   const int64_t magic_bytes = size < 4 ? size : 4;
   if (std::memcmp(begin, kMagic, magic_bytes) != 0) {
     return Invalid(Prefix(size) + "not a deepreduce_tf payload: it does not start with the "
@@ -172,6 +171,8 @@ absl::Status ParseHeader(const uint8_t* begin, int64_t size, Header* h) {
                    std::to_string(kFormatVersion) +
                    "); upgrade deepreduce_tf on the receiving side");
   }
+  // The header never overlaps the CRC trailer: varints are read before it.
+  const uint8_t* const end = begin + size - kCrcBytes;
   const uint8_t* p = begin + kFixedBytes;
   auto varint = [&](const std::string& what, uint64_t* v) -> absl::Status {
     const VarintStatus st = GetVarint(&p, end, v);
@@ -301,7 +302,7 @@ class PayloadUnpackOp : public OpKernel {
     Tensor* meta_t = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({num_meta_}), &meta_t));
     auto meta = meta_t->flat<int64_t>();
-    const uint8_t* const end = begin + size;
+    const uint8_t* const end = begin + size - kCrcBytes;
     const uint8_t* p = begin + h.meta_at;
     for (int64_t i = 0; i < num_meta_; ++i) {
       uint64_t v = 0;
