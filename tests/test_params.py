@@ -1,0 +1,162 @@
+"""from_params: the GRACE / DeepReduce vocabulary, defaults and errors."""
+import warnings
+
+import pytest
+import tensorflow as tf
+
+import deepreduce_tf as dr
+from deepreduce_tf import communicators, memory, sparsifiers
+from deepreduce_tf.codecs import index as ic
+from deepreduce_tf.codecs import value as vc
+
+
+def build(params):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        return dr.from_params(params)
+
+
+def test_reference_example_dict():
+    # REFERENCE 1: DeepReduce's GRACE-style entry point, as users write it.
+    c = build({"compressor": "topk", "memory": "residual", "communicator": "allgather",
+               "compress_ratio": 0.01, "deepreduce": "index", "index": "bloom"})
+    assert isinstance(c.sparsifier, sparsifiers.TopK) and c.sparsifier.compress_ratio == 0.01
+    assert isinstance(c.memory, memory.ResidualMemory)
+    assert isinstance(c.communicator, communicators.Allgather)
+    assert isinstance(c.index_codec, ic.BloomIndex)
+    assert c.index_codec.fpr == 0.001 and c.index_codec.policy == "conflict_sets"
+    assert isinstance(c.value_codec, vc.RawValue)
+
+
+def test_both_alone_uses_defaults():
+    c = build({"deepreduce": "both"})
+    assert isinstance(c.sparsifier, sparsifiers.TopK) and c.sparsifier.compress_ratio == 0.01
+    assert isinstance(c.index_codec, ic.BloomIndex)
+    assert isinstance(c.value_codec, vc.PolyfitValue) and c.value_codec.degree == 5
+    assert isinstance(c.memory, memory.ResidualMemory)
+    assert isinstance(c.communicator, communicators.Allgather)
+
+
+def test_empty_dict_is_plain_allgather():
+    c = build({})
+    assert isinstance(c.sparsifier, sparsifiers.NoSparsifier)
+    assert isinstance(c.memory, memory.NoMemory)
+    g = tf.random.normal([50, 50])
+    p, ctx = c.compress(g)
+    tf.debugging.assert_equal(c.decompress(p, ctx), g)
+
+
+@pytest.mark.parametrize("params", [
+    {"compressor": "topk", "compress_ratio": 0.3, "memory": "residual"},      # GRACE
+    {"compressor": "randomk", "compress_ratio": 0.1, "memory": "none"},
+    {"compressor": "threshold", "threshold": 0.5, "memory": "residual"},
+    {"compressor": "none", "memory": "none", "communicator": "allreduce"},
+    {"compressor": "none", "deepreduce": "value", "value": "fp16", "communicator": "allreduce"},
+    {"compressor": "randomk", "deepreduce": "value", "value": "bf16",
+     "communicator": "allreduce"},
+])
+def test_grace_dicts(params):
+    c = build(params)
+    g = tf.random.normal([64, 64])
+    p, ctx = c.compress(g, name="v")
+    assert c.decompress(p, ctx).shape == g.shape
+
+
+def test_original_spellings():
+    c = build({"deepreduce": "both", "index": "bloom", "value": "qsgd", "quantum_num": 15,
+               "buckets_num": 256, "bloom_fpr": 0.6, "bloom_policy": "p0", "use_memory": True})
+    assert c.value_codec.levels == 15 and c.value_codec.bucket_size == 256
+    assert c.index_codec.fpr == 0.6 and c.index_codec.policy == "p0"
+    assert isinstance(c.memory, memory.ResidualMemory)
+    c = build({"deepreduce": "value", "value": "gzip", "use_memory": False})
+    assert isinstance(c.value_codec, vc.DeflateValue) and isinstance(c.memory, memory.NoMemory)
+    c = build({"deepreduce": "both", "index": "bloom_cpu", "value": "polyfit_cpu",
+               "threshold_val": 0.2, "compressor": "threshold"})
+    assert c.sparsifier.threshold == 0.2
+    c = build({"deepreduce": "index", "index": "lossless"})
+    assert isinstance(c.index_codec, ic.GolombIndex)
+    c = build({"deepreduce": "value", "value": "qsgd", "bits": 4})
+    assert c.value_codec.levels == 15
+
+
+def test_harness_keys_ignored_with_warning():
+    with pytest.warns(UserWarning, match="micro-benchmark"):
+        c = dr.from_params({"deepreduce": "both", "micro-benchmark": True})
+    assert isinstance(c.index_codec, ic.BloomIndex)
+
+
+def test_unused_known_key_warns():
+    with pytest.warns(UserWarning, match="fpr"):
+        dr.from_params({"deepreduce": "index", "index": "golomb", "fpr": 0.01})
+
+
+def test_misspelt_key_is_an_error():
+    with pytest.raises(ValueError, match="compres_ratio.*did you mean 'compress_ratio'.*valid keys"):
+        dr.from_params({"compressor": "topk", "compres_ratio": 0.01})
+
+
+@pytest.mark.parametrize("key,value,listed", [
+    ("compressor", "dgc", "'topk', 'randomk', 'threshold', 'none'"),
+    ("memory", "dgc", "'none', 'residual'"),
+    ("communicator", "broadcast", "'allgather', 'allreduce'"),
+    ("deepreduce", "all", "None, 'index', 'value', 'both'"),
+])
+def test_unknown_values_list_choices(key, value, listed):
+    with pytest.raises(ValueError, match=f"{key}='{value}' is not valid; valid choices: {listed}"):
+        dr.from_params({key: value, **({"deepreduce": "both"} if key != "deepreduce" else {})})
+
+
+def test_unknown_codec_values_list_choices():
+    with pytest.raises(ValueError, match="index='huffman'.*'golomb'.*'bloom'"):
+        dr.from_params({"deepreduce": "index", "index": "huffman"})
+    with pytest.raises(ValueError, match="value='zstd'.*'polyfit'.*'deflate'"):
+        dr.from_params({"deepreduce": "value", "value": "zstd"})
+    with pytest.raises(ValueError, match="policy='p1'.*conflict_sets"):
+        dr.from_params({"deepreduce": "index", "policy": "p1"})
+
+
+@pytest.mark.parametrize("params,match", [
+    ({"compressor": "topk", "compress_ratio": 0}, r"compress_ratio must lie in \(0, 1\]"),
+    ({"compressor": "topk", "compress_ratio": 1.5}, r"compress_ratio must lie in \(0, 1\]"),
+    ({"compressor": "threshold", "threshold": -1}, "threshold must be >= 0"),
+    ({"deepreduce": "index", "fpr": 1.5}, r"fpr must lie in \(0, 1\)"),
+    ({"deepreduce": "value", "poly_degree": 99}, r"degree must be an integer in \[0, 15\]"),
+    ({"deepreduce": "value", "value": "qsgd", "quantum_num": 0}, "levels must be an integer"),
+    ({"deepreduce": "value", "value": "qsgd", "bits": 4, "quantum_num": 7}, "not both"),
+    ({"min_size": -1}, "min_size"),
+    ({"nonfinite": "ignore"}, "nonfinite='ignore' is not valid"),
+])
+def test_bad_numbers(params, match):
+    with pytest.raises(ValueError, match=match):
+        dr.from_params(params)
+
+
+@pytest.mark.parametrize("params,match", [
+    ({"compressor": "none", "deepreduce": "index"}, "compressor 'none' sends every position"),
+    ({"compressor": "none", "deepreduce": "both"}, "compressor 'none' sends every position"),
+    ({"compressor": "topk", "index": "bloom"}, "index='bloom' needs deepreduce='index' or 'both'"),
+    ({"deepreduce": "index", "value": "qsgd"}, "value='qsgd' needs deepreduce='value' or 'both'"),
+    ({"deepreduce": "both", "communicator": "allreduce"}, "Use communicator='allgather'"),
+])
+def test_invalid_combinations(params, match):
+    with pytest.raises(ValueError, match=match):
+        dr.from_params(params)
+
+
+def test_params_not_a_dict():
+    with pytest.raises(TypeError, match="dict"):
+        dr.from_params([("compressor", "topk")])
+
+
+def test_direct_composition():
+    """Classes compose without from_params."""
+    c = dr.Compressor(sparsifiers.TopK(0.05), ic.GolombIndex(), vc.QsgdValue(bits=4),
+                      memory.ResidualMemory(), communicators.Allgather(), min_size=10)
+    g = tf.random.normal([100, 10])
+    p, ctx = c.compress(g, name="w")
+    out = c.decompress(p, ctx)
+    assert int(tf.math.count_nonzero(out)) <= 50
+    with pytest.raises(TypeError, match="Sparsifier"):
+        dr.Compressor("topk")
+    with pytest.raises(ValueError, match="needs a sparsifier"):
+        dr.Compressor(sparsifiers.NoSparsifier(), ic.GolombIndex())
