@@ -91,6 +91,13 @@ of this payload; positions: the agreed positions (all-reduce wire format
 only, else None)."""
 
 
+def _graph_safe(method):
+    """Marks a method as graph-ready: it builds its graph with explicit
+    tf.cond and never branches in Python on a tensor, so AutoGraph must not
+    convert it (or the op wrappers it calls) inside the user's tf.function."""
+    return tf.autograph.experimental.do_not_convert(method)
+
+
 def _fingerprint(parts):
     text = repr(sorted(parts.items()))
     return zlib.crc32(text.encode()) & 0xFFFFFFFF
@@ -309,6 +316,7 @@ class Compressor(tf.Module):
         return tf.scatter_nd(tf.expand_dims(positions, 1), tf.cast(values, dtype), [n])
 
     # -------------------------------------------------------------- public API
+    @_graph_safe
     def compress(self, tensor, name=None):
         """Compresses one gradient (memory compensation and update included).
 
@@ -370,6 +378,7 @@ class Compressor(tf.Module):
             self.value_codec.name]
         return tf.cast(values, target)
 
+    @_graph_safe
     def decompress(self, payload, ctx):
         """Decodes one payload of the variable described by ctx.
 
@@ -423,6 +432,7 @@ class Compressor(tf.Module):
             return self.index_codec
         return index_codecs.GolombIndex()
 
+    @_graph_safe
     def compress_slices(self, slices, name=None, dense_shape=None):
         """Compresses a tf.IndexedSlices gradient without densifying it.
 
@@ -504,6 +514,7 @@ class Compressor(tf.Module):
             self.ledger.record(ctx)
         return payload, ctx
 
+    @_graph_safe
     def decompress_slices(self, payload, ctx):
         """Decodes a compress_slices() payload of any worker: tf.IndexedSlices
         with sorted unique int64 row indices."""
@@ -530,6 +541,7 @@ class Compressor(tf.Module):
                                 tf.constant(ctx.dense_shape.as_list(), tf.int64))
 
     # ----------------------------------------------------------------- batches
+    @_graph_safe
     def compress_batch(self, tensors, names=None):
         """Compresses several gradients into ONE payload (fewer exchanges).
 
@@ -561,6 +573,7 @@ class Compressor(tf.Module):
         widest = max(dtypes, key=lambda d: (d.size, d == tf.float16))
         return widest
 
+    @_graph_safe
     def decompress_batch(self, payload, ctxs):
         """Inverse of compress_batch: the list of decoded tensors."""
         ctxs = list(ctxs)

@@ -64,6 +64,12 @@ def _fail(tried, running, built=None, detail=""):
 
 def load():
     """Returns the loaded op module (generated wrappers), loading it once."""
+    # Plain Python (file checks, locking): keep AutoGraph from converting it
+    # when the first op call happens inside a tf.function.
+    return _load_unconverted()
+
+
+def _load():
     global _module, _build_info
     if _module is not None:
         return _module
@@ -105,6 +111,12 @@ def load():
             _module = module
             return module
         _fail(tried, running, built)
+
+
+def _load_unconverted():
+    import tensorflow as tf
+
+    return tf.autograph.experimental.do_not_convert(_load)()
 
 
 def build_info():
