@@ -61,8 +61,8 @@ constexpr int64_t kMaxHeaderBytes = 32;
 
 // Checks the common header from the first `prefix_bytes` bytes of a payload of
 // `payload_bytes` bytes (prefix_bytes == min(payload_bytes, kMaxHeaderBytes)
-// or the whole payload; GetVarint reads at most 9 bytes, so both give the same
-// answer) and that the decoded indices fit out_idx. *body_offset is where the
+// or the whole payload; a valid header's varints have at most 9 bytes, so
+// both accept and reject the same payloads) and that the decoded indices fit out_idx. *body_offset is where the
 // body starts.
 inline absl::Status ParseHeaderPrefix(const uint8_t* prefix, int64_t prefix_bytes,
                                       int64_t payload_bytes, uint8_t codec,

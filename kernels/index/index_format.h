@@ -25,6 +25,7 @@
 #include <cstdint>
 
 #include "kernels/common/platform.h"
+#include "kernels/common/varint.h"
 
 namespace deepreduce {
 namespace index {
@@ -35,45 +36,13 @@ constexpr uint8_t kCodecBitmap = 2;
 constexpr uint8_t kCodecRle = 3;
 constexpr uint8_t kCodecGolomb = 4;
 constexpr uint8_t kFormatVersion = 1;
-constexpr int kMaxVarintBytes = 9;
 constexpr uint64_t kMaxUniverse = (uint64_t{1} << 63) - 1;
 constexpr uint64_t kMaxInt32Universe = uint64_t{1} << 31;
 
-DR_HOST_DEVICE int VarintSize(uint64_t v) {
-  int s = 1;
-  while (v >= 0x80) {
-    v >>= 7;
-    ++s;
-  }
-  return s;
-}
-
-DR_HOST_DEVICE uint8_t* PutVarint(uint8_t* p, uint64_t v) {
-  while (v >= 0x80) {
-    *p++ = static_cast<uint8_t>(v | 0x80);
-    v >>= 7;
-  }
-  *p++ = static_cast<uint8_t>(v);
-  return p;
-}
-
-// Reads a canonical varint of at most 9 bytes (so at most 63 bits) from
-// [*p, end) and advances *p. False on truncation, overlong or non-canonical.
+// True if [*p, end) starts with a valid varint (kernels/common/varint.h);
+// advances *p past it.
 DR_HOST_DEVICE bool GetVarint(const uint8_t** p, const uint8_t* end, uint64_t* v) {
-  const uint8_t* q = *p;
-  uint64_t value = 0;
-  for (int i = 0; i < kMaxVarintBytes; ++i) {
-    if (q >= end) return false;
-    const uint8_t b = *q++;
-    value |= static_cast<uint64_t>(b & 0x7f) << (7 * i);
-    if ((b & 0x80) == 0) {
-      if (b == 0 && i > 0) return false;  // non-canonical trailing zero group
-      *v = value;
-      *p = q;
-      return true;
-    }
-  }
-  return false;
+  return ReadVarint(p, end, v) == VarintStatus::kOk;
 }
 
 DR_HOST_DEVICE int CommonHeaderSize(uint64_t n, uint64_t k) {

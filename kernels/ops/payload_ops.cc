@@ -43,13 +43,13 @@ absl::Status PackShape(InferenceContext* c) {
   TF_RETURN_IF_ERROR(CheckKindAttr(c));
   const int n = c->num_inputs() - 1;
   bool known = true;
-  int64_t total = payload::kFixedBytes + payload::VarintSize(n) + payload::kCrcBytes;
+  int64_t total = payload::kFixedBytes + VarintSize(n) + payload::kCrcBytes;
   for (int i = 0; i < n; ++i) {
     ShapeHandle s;
     TF_RETURN_IF_ERROR(c->WithRank(c->input(i), 1, &s));
     const DimensionHandle d = c->Dim(s, 0);
     if (c->ValueKnown(d)) {
-      total += payload::VarintSize(static_cast<uint64_t>(c->Value(d))) + c->Value(d);
+      total += VarintSize(static_cast<uint64_t>(c->Value(d))) + c->Value(d);
     } else {
       known = false;
     }
@@ -59,11 +59,11 @@ absl::Status PackShape(InferenceContext* c) {
   const ::tensorflow::Tensor* meta_t = c->input_tensor(n);
   if (known && meta_t != nullptr) {
     auto values = meta_t->flat<int64_t>();
-    total += payload::VarintSize(static_cast<uint64_t>(values.size()));
+    total += VarintSize(static_cast<uint64_t>(values.size()));
     for (int64_t i = 0; i < values.size() && known; ++i) {
       // A negative value is the kernel's to reject, with its message.
       known = values(i) >= 0;
-      total += payload::VarintSize(static_cast<uint64_t>(values(i)));
+      total += VarintSize(static_cast<uint64_t>(values(i)));
     }
   }
   c->set_output(0, c->Vector(known && meta_t != nullptr ? total

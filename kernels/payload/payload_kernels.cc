@@ -175,7 +175,7 @@ absl::Status ParseHeader(const uint8_t* begin, int64_t size, Header* h) {
   const uint8_t* const end = begin + size - kCrcBytes;
   const uint8_t* p = begin + kFixedBytes;
   auto varint = [&](const std::string& what, uint64_t* v) -> absl::Status {
-    const VarintStatus st = GetVarint(&p, end, v);
+    const VarintStatus st = ReadVarint(&p, end, v);
     if (st == VarintStatus::kOk) return absl::OkStatus();
     if (st == VarintStatus::kTruncated) {
       return Invalid(Prefix(size) + "truncated: it ends inside the header's " + what +
@@ -306,7 +306,7 @@ class PayloadUnpackOp : public OpKernel {
     const uint8_t* p = begin + h.meta_at;
     for (int64_t i = 0; i < num_meta_; ++i) {
       uint64_t v = 0;
-      GetVarint(&p, end, &v);
+      ReadVarint(&p, end, &v);
       meta(i) = static_cast<int64_t>(v);
     }
     for (size_t i = 0; i < expected_fields_.size(); ++i) {
@@ -329,7 +329,7 @@ class PayloadUnpackOp : public OpKernel {
     // be unaligned, which downstream Eigen kernels may not accept.
     for (int64_t i = 0; i < num_sections_; ++i) {
       uint64_t len = 0;
-      GetVarint(&p, end, &len);
+      ReadVarint(&p, end, &len);
       Tensor* out = nullptr;
       OP_REQUIRES_OK(ctx, sections.allocate(i, TensorShape({static_cast<int64_t>(len)}), &out));
       if (len > 0) std::memcpy(out->flat<uint8_t>().data(), body, len);
