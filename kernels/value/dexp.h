@@ -321,6 +321,43 @@ DR_HOST_DEVICE void Choose(const BlockSse* in, int64_t nb, PartFit* f) {
   f->running = false;
 }
 
+// Host: per-block result arrays of one part (NumBlocks(n) entries each).
+struct HostScratch {
+  BlockMoments* moments;
+  BlockIntegral* integral;
+  double* s0;
+  double* ss0;
+  GivensLsq* lsq;
+  BlockSse* sse;
+};
+
+// Host: the whole fit of one part. for_blocks(fn) must call fn(b, work) for
+// every block b in [0, NumBlocks(n)), in any order and on any threads, each
+// thread with its own BlockedLsq* work. On return f->out is the result, or
+// f->error is set.
+template <typename ForBlocks>
+void FitPartHost(const Part& part, const HostScratch& s, ForBlocks&& for_blocks, PartFit* f) {
+  const int64_t nb = NumBlocks(part.n);
+  for_blocks([&](int64_t b, BlockedLsq*) { s.moments[b] = Moments(part, b); });
+  Start(part, s.moments, nb, f);
+  if (f->running) {
+    for_blocks([&](int64_t b, BlockedLsq*) { s.integral[b] = Integral(part, b, *f); });
+    IntegralStarts(s.integral, nb, *f, s.s0, s.ss0);
+    for_blocks([&](int64_t b, BlockedLsq* w) {
+      IntegralRows(part, b, *f, s.s0[b], s.ss0[b], &s.lsq[b], w);
+    });
+    Roots(s.lsq, nb, f);
+  }
+  if (f->running) {
+    for_blocks([&](int64_t b, BlockedLsq* w) { ExpRows(part, b, *f, &s.lsq[b], w); });
+    Amplitudes(s.lsq, nb, f);
+  }
+  if (f->running) {
+    for_blocks([&](int64_t b, BlockedLsq*) { s.sse[b] = Sse(part, b, *f); });
+    Choose(s.sse, nb, f);
+  }
+}
+
 // The 56-byte payload.
 DR_HOST_DEVICE void WritePayload(uint8_t* out, uint64_t k, uint64_t p_count, const Coefs& pos,
                                  const Coefs& neg) {

@@ -289,6 +289,37 @@ inline int64_t GeometricLayout(int64_t k, int64_t p_count, int64_t segs, int64_t
   return c;
 }
 
+// The greedy segmentation (host; the CPU kernel's, and the reference of the
+// CUDA one): knots (Lemma 1) by repeatedly cutting the segment whose point
+// farthest from its chord is farthest, at that point, until `segs` segments
+// or nothing is worth cutting. The sign change is always a knot: top-k values
+// jump from +t to -t there. seg: scratch of max(segs, 2) entries; lens gets
+// the lengths; returns their count.
+inline int64_t GreedyLayout(const float* y, int64_t k, int64_t p_count, int64_t segs,
+                            int degree, GreedySeg* seg, int64_t* lens) {
+  int64_t c = 0;
+  if (p_count > 0 && p_count < k) {
+    BestSplitSerial(y, 0, p_count, degree, &seg[c++]);
+    BestSplitSerial(y, p_count, k, degree, &seg[c++]);
+  } else {
+    BestSplitSerial(y, 0, k, degree, &seg[c++]);
+  }
+  while (c < segs) {
+    int64_t i = 0;
+    for (int64_t q = 1; q < c; ++q) {
+      if (seg[q].dist > seg[i].dist) i = q;
+    }
+    if (!(seg[i].dist > 0.0)) break;
+    const GreedySeg old = seg[i];
+    std::copy_backward(seg + i + 1, seg + c, seg + c + 1);
+    BestSplitSerial(y, old.lo, old.split + 1, degree, &seg[i]);
+    BestSplitSerial(y, old.split + 1, old.hi, degree, &seg[i + 1]);
+    ++c;
+  }
+  for (int64_t q = 0; q < c; ++q) lens[q] = seg[q].hi - seg[q].lo;
+  return c;
+}
+
 // Default number of segments: about the original GPU code's 10 at K = 10k
 // and 16 at K = 250k (REFERENCE 1.3).
 inline int64_t AutoSegments(int64_t k) {

@@ -136,36 +136,12 @@ class PolyfitEncodeBase : public OpKernel {
       *count = polyfit::GeometricLayout(k, p, segs, lens);
       return absl::OkStatus();
     }
-    // Greedy knots (Lemma 1): repeatedly cut the segment whose point farthest
-    // from its chord is farthest, at that point. The sign change is always a
-    // knot: top-k values jump from +t to -t there.
-    const int degree = attrs_.degree;
     const int64_t cap = std::max<int64_t>(segs, 2);
     Tensor seg_t;
     polyfit::GreedySeg* seg;
     absl::Status s = AllocateScratch(ctx, cap, &seg_t, &seg);
     if (!s.ok()) return s;
-    int64_t c = 0;
-    if (p > 0 && p < k) {
-      polyfit::BestSplitSerial(y, 0, p, degree, &seg[c++]);
-      polyfit::BestSplitSerial(y, p, k, degree, &seg[c++]);
-    } else {
-      polyfit::BestSplitSerial(y, 0, k, degree, &seg[c++]);
-    }
-    while (c < segs) {
-      int64_t i = 0;
-      for (int64_t q = 1; q < c; ++q) {
-        if (seg[q].dist > seg[i].dist) i = q;
-      }
-      if (!(seg[i].dist > 0.0)) break;
-      const polyfit::GreedySeg old = seg[i];
-      std::copy_backward(seg + i + 1, seg + c, seg + c + 1);
-      polyfit::BestSplitSerial(y, old.lo, old.split + 1, degree, &seg[i]);
-      polyfit::BestSplitSerial(y, old.split + 1, old.hi, degree, &seg[i + 1]);
-      ++c;
-    }
-    for (int64_t q = 0; q < c; ++q) lens[q] = seg[q].hi - seg[q].lo;
-    *count = c;
+    *count = polyfit::GreedyLayout(y, k, p, segs, attrs_.degree, seg, lens);
     return absl::OkStatus();
   }
 
@@ -285,53 +261,30 @@ class PolyfitDecodeOp : public OpKernel {
 
 // ---------------------------------------------------------------- dexp --
 
-// Jacquelin's integral-equation fit of one part (dexp.h), in dexp.h's fixed
-// blocked order: the per-block steps on the thread pool, the combines here.
+// Jacquelin's integral-equation fit of one part (dexp.h's FitPartHost), the
+// per-block steps on the thread pool.
 absl::Status FitPart(OpKernelContext* ctx, const dexp::Part& part, dexp::Coefs* out) {
   *out = {0.0f, 0.0f, 0.0f, 0.0f};
   if (part.n == 0) return absl::OkStatus();
   const int64_t nb = dexp::NumBlocks(part.n);
   Tensor m_t, in_t, s0_t, lsq_t, sse_t;
-  dexp::BlockMoments* m;
-  dexp::BlockIntegral* in;
-  double* s0;
-  GivensLsq* lsq;
-  dexp::BlockSse* sse;
-  absl::Status st = AllocateScratch(ctx, nb, &m_t, &m);
-  if (st.ok()) st = AllocateScratch(ctx, nb, &in_t, &in);
-  if (st.ok()) st = AllocateScratch(ctx, 2 * nb, &s0_t, &s0);
-  if (st.ok()) st = AllocateScratch(ctx, nb, &lsq_t, &lsq);
-  if (st.ok()) st = AllocateScratch(ctx, nb, &sse_t, &sse);
+  dexp::HostScratch hs;
+  absl::Status st = AllocateScratch(ctx, nb, &m_t, &hs.moments);
+  if (st.ok()) st = AllocateScratch(ctx, nb, &in_t, &hs.integral);
+  if (st.ok()) st = AllocateScratch(ctx, 2 * nb, &s0_t, &hs.s0);
+  if (st.ok()) st = AllocateScratch(ctx, nb, &lsq_t, &hs.lsq);
+  if (st.ok()) st = AllocateScratch(ctx, nb, &sse_t, &hs.sse);
   if (!st.ok()) return st;
-  double* ss0 = s0 + nb;
+  hs.ss0 = hs.s0 + nb;
   auto pool = CpuPool(ctx);
-  const int64_t cost = dexp::kFitBlock * 200;
-  auto per_block = [&](auto&& fn) {
-    pool->ParallelFor(nb, cost, [&](int64_t begin, int64_t end) {
+  dexp::PartFit f;
+  dexp::FitPartHost(part, hs, [&](auto&& fn) {
+    pool->ParallelFor(nb, dexp::kFitBlock * 200, [&](int64_t begin, int64_t end) {
       BlockedLsq work;
       for (int64_t b = begin; b < end; ++b) fn(b, &work);
     });
-  };
-  dexp::PartFit f;
-  per_block([&](int64_t b, BlockedLsq*) { m[b] = dexp::Moments(part, b); });
-  dexp::Start(part, m, nb, &f);
+  }, &f);
   if (f.error) return DexpMeanTooLarge(f.mean);
-  if (f.running) {
-    per_block([&](int64_t b, BlockedLsq*) { in[b] = dexp::Integral(part, b, f); });
-    dexp::IntegralStarts(in, nb, f, s0, ss0);
-    per_block([&](int64_t b, BlockedLsq* w) {
-      dexp::IntegralRows(part, b, f, s0[b], ss0[b], &lsq[b], w);
-    });
-    dexp::Roots(lsq, nb, &f);
-  }
-  if (f.running) {
-    per_block([&](int64_t b, BlockedLsq* w) { dexp::ExpRows(part, b, f, &lsq[b], w); });
-    dexp::Amplitudes(lsq, nb, &f);
-  }
-  if (f.running) {
-    per_block([&](int64_t b, BlockedLsq*) { sse[b] = dexp::Sse(part, b, f); });
-    dexp::Choose(sse, nb, &f);
-  }
   *out = f.out;
   return absl::OkStatus();
 }
