@@ -12,8 +12,10 @@
 //     it. A launcher that returns something to the host says so and
 //     synchronizes the stream; the others only enqueue work.
 //   * The bytes written are those of the CPU kernels: the per-element code
-//     (halfcast.h, qsgd.h, polyfit.h, dexp.h) is the same source compiled for
-//     the device, and the payload layouts are the ones documented there.
+//     (halfcast.h, qsgd.h, polyfit.h, lsq.h, dexp.h) is the same source
+//     compiled for the device, and the payload layouts are the ones
+//     documented there. Exception: dexp encode, whose amplitudes depend on
+//     exp() (CUDA's and glibc's may differ in the last bit; see dexp.h).
 //   * Header and size checks are the caller's, on the host (value_args.h);
 //     checks that need the payload's sections or the values run on the
 //     device and come back as "first bad position" records.
