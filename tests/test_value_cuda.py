@@ -1,5 +1,7 @@
 """The value codecs' GPU kernels against their CPU kernels (CUDA build with a
-GPU only; every test here skips otherwise).
+GPU only; those tests skip otherwise), and one check that needs only nvcc:
+the kernels that must reproduce the CPU's bits contain no fused double
+multiply-add.
 
 Byte for byte: fp16/bf16 encode and decode, qsgd encode and decode, polyfit
 encode (payload and perm, both segmentations) and decode. dexp decode
@@ -12,6 +14,11 @@ within that rounding, where both devices' choices fit equally well (see
 kernels/value/dexp.h). Error messages on bad input must be the same on both
 devices.
 """
+import os
+import re
+import shutil
+import subprocess
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -364,3 +371,40 @@ def test_fuzzed_payloads_same_outcome_on_both_devices(codec):
                                                 gpu_[1].view(np.float32), maxulp=1)
             else:
                 np.testing.assert_array_equal(cpu[1], gpu_[1])
+
+
+# --------------------------------------------------------------------------
+# Without a GPU: the PTX of the kernels whose results must equal the CPU's
+# bits has no fma.rn.f64. nvcc contracts a * b + c into an FMA unless the
+# product is DR_DMUL (__dmul_rn); g++ on x86-64 never fuses. One missed
+# DR_DMUL in lsq.h / polyfit.h / dexp.h would make the GPU payloads differ
+# in the last bits, and no machine here can run the kernels to notice.
+# (exp() and log() are libdevice code built on FMAs: the dexp steps that
+# call them are excluded; dexp.h documents the resulting tolerance.)
+EXACT_KERNELS = [
+    "PolyfitGreedyKernel", "PolyfitBlocksKernel", "PolyfitFinishKernel",
+    "PolyfitDecodeKernel", "QsgdPackKernel",
+    "DexpBlocksKernelILi1E",   # kDexpIntegral
+    "DexpBlocksKernelILi2E",   # kDexpRows
+    "DexpCombineKernelILi1E",  # IntegralStarts
+    "DexpCombineKernelILi2E",  # Roots: p and q
+]
+
+
+def test_exact_kernels_have_no_double_fma(tmp_path):
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("nvcc not found")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    ptx = tmp_path / "value_kernels.ptx"
+    res = subprocess.run(
+        [nvcc, "-std=c++17", "-O3", f"-I{root}", "--expt-relaxed-constexpr", "-ptx",
+         "-arch=compute_75", os.path.join(root, "kernels", "value", "value_kernels.cu"),
+         "-o", str(ptx)],
+        capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    entries = re.split(r"\n(?=\.(?:visible \.)?entry )", ptx.read_text())
+    for kernel in EXACT_KERNELS:
+        bodies = [e for e in entries if re.match(r"\.(?:visible \.)?entry \S*" + kernel, e)]
+        assert len(bodies) == 1, (kernel, len(bodies))
+        assert "fma.rn.f64" not in bodies[0], f"{kernel} fuses a double multiply-add"
