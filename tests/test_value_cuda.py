@@ -1,13 +1,24 @@
 """The value codecs' GPU kernels against their CPU kernels (CUDA build with a
-GPU only; every test here skips otherwise).
+GPU only; those tests skip otherwise), and one check that needs only nvcc:
+the kernels that must reproduce the CPU's bits contain no fused double
+multiply-add.
 
 Byte for byte: fp16/bf16 encode and decode, qsgd encode and decode, polyfit
-decode. dexp decode evaluates exp() in double on both sides, and CUDA's exp
-and glibc's may differ in the last bit of a double, so its float results are
-required to agree within 1 ulp (in practice they are identical). polyfit and
-dexp encode have no GPU kernel yet: their payloads come from the CPU kernel.
-Error messages on bad input must be the same on both devices.
+encode (payload and perm, both segmentations) and decode. dexp decode
+evaluates exp() in double on both sides, and CUDA's exp and glibc's may
+differ in the last bit of a double, so its float results are required to
+agree within 1 ulp (in practice they are identical). dexp encode: the same
+perm, header, sign split and exponents p, q (computed without exp()); the
+amplitudes a, b within 4 float ulps, unless the two candidate fits tie to
+within that rounding, where both devices' choices fit equally well (see
+kernels/value/dexp.h). Error messages on bad input must be the same on both
+devices.
 """
+import os
+import re
+import shutil
+import subprocess
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -246,6 +257,58 @@ def test_qsgd_decode_rejects_corruption_like_cpu(rng):
 
 
 # --------------------------------------------------------------------------
+# polyfit and dexp encode
+
+
+def encode_both_with_perm(codec, v, **params):
+    out = []
+    for device in ("/CPU:0", "/GPU:0"):
+        with tf.device(device):
+            enc = value.encode(codec, tf.constant(v, tf.float32), **params)
+        if device == "/GPU:0":
+            assert "GPU" in enc.payload.device, f"ran on {enc.payload.device}"
+        out.append((enc.payload.numpy(), enc.perm.numpy()))
+    return out
+
+
+@requires_gpu
+@pytest.mark.parametrize("k", SIZES + (250_000,))
+@pytest.mark.parametrize("segmentation,degree,segments", [
+    ("greedy", 5, 0), ("geometric", 5, 0), ("greedy", 0, 3), ("geometric", 1, 7),
+    ("greedy", 15, 40), ("geometric", 2, 1000), ("greedy", 5, 1000)])
+@pytest.mark.parametrize("out_idx", [tf.int32, tf.int64], ids=["int32", "int64"])
+def test_polyfit_encode_matches_cpu(rng, k, segmentation, degree, segments, out_idx):
+    v = heavy_tailed(rng, k)
+    if k > 8:
+        v[: k // 10] = np.round(v[: k // 10], 1)  # ties: the sort must be stable
+    (p_cpu, i_cpu), (p_gpu, i_gpu) = encode_both_with_perm(
+        "polyfit", v, segmentation=segmentation, degree=degree, segments=segments,
+        out_idx=out_idx)
+    np.testing.assert_array_equal(i_gpu, i_cpu)
+    assert p_gpu.tobytes() == p_cpu.tobytes()
+
+
+@requires_gpu
+@pytest.mark.parametrize("k", SIZES + (250_000,))
+@pytest.mark.parametrize("dist", ["laplace", "normal"])
+def test_dexp_encode_matches_cpu(rng, k, dist):
+    v = heavy_tailed(rng, k, dist)
+    (p_cpu, i_cpu), (p_gpu, i_gpu) = encode_both_with_perm("dexp", v)
+    np.testing.assert_array_equal(i_gpu, i_cpu)
+    assert p_gpu[:24].tobytes() == p_cpu[:24].tobytes()  # header and P
+    c_cpu, c_gpu = p_cpu[24:].view(np.float32), p_gpu[24:].view(np.float32)
+    for part in range(2):
+        cc, cg = c_cpu[4 * part:4 * part + 4], c_gpu[4 * part:4 * part + 4]
+        if cc[1] == cg[1] and cc[3] == cg[3]:  # same candidate: p, q equal
+            np.testing.assert_array_max_ulp(cg, cc, maxulp=4)
+        else:  # a tie between the candidates decided differently
+            y = np.sort(v)[::-1].astype(np.float64)
+            dec = [value.decode("dexp", tf.constant(p)).numpy() for p in (p_cpu, p_gpu)]
+            errs = [np.sum((d - y) ** 2) for d in dec]
+            assert errs[1] <= errs[0] * (1 + 1e-5) + 1e-30
+
+
+# --------------------------------------------------------------------------
 # polyfit and dexp decode (payloads from the CPU encoder)
 
 
@@ -308,3 +371,40 @@ def test_fuzzed_payloads_same_outcome_on_both_devices(codec):
                                                 gpu_[1].view(np.float32), maxulp=1)
             else:
                 np.testing.assert_array_equal(cpu[1], gpu_[1])
+
+
+# --------------------------------------------------------------------------
+# Without a GPU: the PTX of the kernels whose results must equal the CPU's
+# bits has no fma.rn.f64. nvcc contracts a * b + c into an FMA unless the
+# product is DR_DMUL (__dmul_rn); g++ on x86-64 never fuses. One missed
+# DR_DMUL in lsq.h / polyfit.h / dexp.h would make the GPU payloads differ
+# in the last bits, and no machine here can run the kernels to notice.
+# (exp() and log() are libdevice code built on FMAs: the dexp steps that
+# call them are excluded; dexp.h documents the resulting tolerance.)
+EXACT_KERNELS = [
+    "PolyfitGreedyKernel", "PolyfitBlocksKernel", "PolyfitFinishKernel",
+    "PolyfitDecodeKernel", "QsgdPackKernel",
+    "DexpBlocksKernelILi1E",   # kDexpIntegral
+    "DexpBlocksKernelILi2E",   # kDexpRows
+    "DexpCombineKernelILi1E",  # IntegralStarts
+    "DexpCombineKernelILi2E",  # Roots: p and q
+]
+
+
+def test_exact_kernels_have_no_double_fma(tmp_path):
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("nvcc not found")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    ptx = tmp_path / "value_kernels.ptx"
+    res = subprocess.run(
+        [nvcc, "-std=c++17", "-O3", f"-I{root}", "--expt-relaxed-constexpr", "-ptx",
+         "-arch=compute_75", os.path.join(root, "kernels", "value", "value_kernels.cu"),
+         "-o", str(ptx)],
+        capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    entries = re.split(r"\n(?=\.(?:visible \.)?entry )", ptx.read_text())
+    for kernel in EXACT_KERNELS:
+        bodies = [e for e in entries if re.match(r"\.(?:visible \.)?entry \S*" + kernel, e)]
+        assert len(bodies) == 1, (kernel, len(bodies))
+        assert "fma.rn.f64" not in bodies[0], f"{kernel} fuses a double multiply-add"

@@ -15,9 +15,12 @@
   deflate  zlib of the raw float32 bytes; lossless, CPU only.
 
 Devices: every op has a CPU kernel. A CUDA build (deepreduce_tf.cuda_built())
-adds GPU kernels for fp16/bf16/qsgd encode and decode (same payload bytes as
-the CPU) and polyfit/dexp decode; polyfit/dexp encode and deflate run on the
-CPU wherever they are placed.
+adds GPU kernels for fp16/bf16/qsgd/polyfit encode and decode (same payload
+bytes and perm as the CPU; polyfit decode: same float bits) and dexp encode
+and decode (CUDA's exp() may differ from glibc's in the last bit of a double:
+decoded values within 1 ulp; encoded payloads with the same perm, sign split
+and exponents, amplitudes within a few float ulps). deflate runs on the CPU
+wherever it is placed.
 
 Contract: encode() returns (payload, perm). The payload is one flat,
 self-describing uint8 vector (16-byte header: magic "DV", codec id, format

@@ -9,6 +9,11 @@
 // exactly by rotating the rows of one R into the other, which is how the CPU
 // kernel fits one long segment on several threads. No normal equations: the
 // conditioning of the problem is that of the design matrix, not its square.
+//
+// Every product that meets an addition is spelled DR_DMUL (platform.h), so
+// that nvcc cannot contract it into an FMA: the CUDA polyfit encoder runs the
+// same operation sequence and produces the same bits as the CPU kernel.
+// Division and sqrt are correctly rounded in double on both.
 #ifndef DEEPREDUCE_KERNELS_VALUE_LSQ_H_
 #define DEEPREDUCE_KERNELS_VALUE_LSQ_H_
 
@@ -43,19 +48,19 @@ struct GivensLsq {
       const double a = row[i];
       if (a == 0.0) continue;
       const double rii = r[i][i];
-      const double h = sqrt(rii * rii + a * a);
+      const double h = sqrt(DR_DMUL(rii, rii) + DR_DMUL(a, a));
       const double c = rii / h, s = a / h;
       r[i][i] = h;
       for (int j = i + 1; j < n; ++j) {
         const double t = r[i][j];
-        r[i][j] = c * t + s * row[j];
-        row[j] = c * row[j] - s * t;
+        r[i][j] = DR_DMUL(c, t) + DR_DMUL(s, row[j]);
+        row[j] = DR_DMUL(c, row[j]) - DR_DMUL(s, t);
       }
       const double t = qty[i];
-      qty[i] = c * t + s * y;
-      y = c * y - s * t;
+      qty[i] = DR_DMUL(c, t) + DR_DMUL(s, y);
+      y = DR_DMUL(c, y) - DR_DMUL(s, t);
     }
-    rss += y * y;
+    rss += DR_DMUL(y, y);
   }
 
   // Adds m equations at once (rows b[0..m), right-hand sides yb; both are
@@ -66,31 +71,31 @@ struct GivensLsq {
   DR_HOST_DEVICE void AddRows(double (*b)[kMaxCols], double* yb, int m) {
     for (int i = 0; i < n; ++i) {
       double sigma = 0.0;
-      for (int k = 0; k < m; ++k) sigma += b[k][i] * b[k][i];
+      for (int k = 0; k < m; ++k) sigma += DR_DMUL(b[k][i], b[k][i]);
       if (sigma == 0.0) continue;
       const double alpha = r[i][i];
-      const double mu = sqrt(alpha * alpha + sigma);
+      const double mu = sqrt(DR_DMUL(alpha, alpha) + sigma);
       // v = [1; b[:, i] / beta], H = I - tau v v^T maps [alpha; b[:, i]] to
       // [mu; 0] (Golub & Van Loan, Alg. 5.1.1, cancellation-free beta).
       const double beta = alpha <= 0.0 ? alpha - mu : -sigma / (alpha + mu);
-      const double tau = 2.0 * beta * beta / (sigma + beta * beta);
+      const double tau = DR_DMUL(2.0 * beta, beta) / (sigma + DR_DMUL(beta, beta));
       const double inv_beta = 1.0 / beta;
       for (int k = 0; k < m; ++k) b[k][i] *= inv_beta;
       r[i][i] = mu;
       for (int j = i + 1; j <= n; ++j) {  // j == n: the right-hand side
         double dot = j < n ? r[i][j] : qty[i];
-        for (int k = 0; k < m; ++k) dot += b[k][i] * (j < n ? b[k][j] : yb[k]);
-        const double f = tau * dot;
+        for (int k = 0; k < m; ++k) dot += DR_DMUL(b[k][i], j < n ? b[k][j] : yb[k]);
+        const double f = DR_DMUL(tau, dot);
         if (j < n) {
           r[i][j] -= f;
-          for (int k = 0; k < m; ++k) b[k][j] -= f * b[k][i];
+          for (int k = 0; k < m; ++k) b[k][j] -= DR_DMUL(f, b[k][i]);
         } else {
           qty[i] -= f;
-          for (int k = 0; k < m; ++k) yb[k] -= f * b[k][i];
+          for (int k = 0; k < m; ++k) yb[k] -= DR_DMUL(f, b[k][i]);
         }
       }
     }
-    for (int k = 0; k < m; ++k) rss += yb[k] * yb[k];
+    for (int k = 0; k < m; ++k) rss += DR_DMUL(yb[k], yb[k]);
   }
 
   // Folds another factorization (of other rows, same unknowns) into this one.
@@ -116,7 +121,7 @@ struct GivensLsq {
         continue;
       }
       double acc = qty[i];
-      for (int j = i + 1; j < n; ++j) acc -= r[i][j] * x[j];
+      for (int j = i + 1; j < n; ++j) acc -= DR_DMUL(r[i][j], x[j]);
       x[i] = acc / r[i][i];
     }
     return dropped;
@@ -124,6 +129,9 @@ struct GivensLsq {
 };
 
 // Buffers rows and feeds them to GivensLsq::AddRows kBlockRows at a time.
+// The block size is part of the arithmetic (it decides which rows are
+// reflected together), so CPU and GPU use this one. ~4 KB: the CUDA kernels
+// keep it in global scratch (Attach) rather than in per-thread local memory.
 constexpr int kBlockRows = 32;
 struct BlockedLsq {
   GivensLsq* lsq;
@@ -131,7 +139,12 @@ struct BlockedLsq {
   double b[kBlockRows][kMaxCols];
   double yb[kBlockRows];
 
+  BlockedLsq() = default;
   DR_HOST_DEVICE explicit BlockedLsq(GivensLsq* target) : lsq(target), m(0) {}
+  DR_HOST_DEVICE void Attach(GivensLsq* target) {
+    lsq = target;
+    m = 0;
+  }
   DR_HOST_DEVICE double* NextRow() { return b[m]; }
   DR_HOST_DEVICE void Commit(double y) {
     yb[m++] = y;

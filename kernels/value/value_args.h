@@ -15,7 +15,9 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <string>
+#include <type_traits>
 
 #include "kernels/value/dexp.h"
 #include "kernels/value/polyfit.h"
@@ -50,6 +52,68 @@ inline absl::Status NonFiniteValue(const char* codec, int64_t bad, float v) {
   return Invalid(std::string(codec) + " cannot encode non-finite values: values[" +
                  std::to_string(bad) + "] = " + std::to_string(v) +
                  " (use fp16, bf16 or deflate to transmit NaN/Inf)");
+}
+
+// The polyfit encoder's attributes, parsed and checked once per kernel.
+struct PolyfitAttrs {
+  int degree;
+  int64_t segments;  // 0: automatic
+  uint8_t seg_kind;  // polyfit::kSegGreedy or kSegGeometric
+};
+
+template <typename Construction>
+absl::Status ParsePolyfitAttrs(Construction* ctx, PolyfitAttrs* a) {
+  std::string segmentation;
+  absl::Status s = ctx->GetAttr("degree", &a->degree);
+  if (s.ok()) s = ctx->GetAttr("segmentation", &segmentation);
+  if (s.ok()) s = ctx->GetAttr("segments", &a->segments);
+  if (!s.ok()) return s;
+  if (a->degree < 0 || a->degree > polyfit::kMaxDegree) {
+    return Invalid("degree must lie in [0, " + std::to_string(polyfit::kMaxDegree) +
+                   "], got " + std::to_string(a->degree));
+  }
+  if (a->segments < 0 || a->segments > (int64_t{1} << 20)) {
+    return Invalid("segments must be 0 (automatic) or in [1, 2^20], got " +
+                   std::to_string(a->segments));
+  }
+  if (segmentation != "greedy" && segmentation != "geometric") {
+    return Invalid("segmentation must be 'greedy' or 'geometric', got '" + segmentation + "'");
+  }
+  a->seg_kind = segmentation == "greedy" ? polyfit::kSegGreedy : polyfit::kSegGeometric;
+  return absl::OkStatus();
+}
+
+// K must fit the perm dtype (and the GPU sort's 32-bit positions).
+template <typename Tidx>
+absl::Status CheckSortable(const char* codec, int64_t k) {
+  const int64_t limit = std::is_same<Tidx, int32_t>::value
+                            ? int64_t{std::numeric_limits<int32_t>::max()}
+                            : int64_t{0xffffffffLL};
+  if (k > limit) {
+    return Invalid(std::string(codec) + ": " + std::to_string(k) +
+                   " values exceed the limit of " + std::to_string(limit) +
+                   " for out_idx " +
+                   (std::is_same<Tidx, int32_t>::value ? "int32" : "int64"));
+  }
+  return absl::OkStatus();
+}
+
+// polyfit::FinishSegment's failures.
+inline absl::Status PolyfitSegmentError(int64_t seg, int code) {
+  if (code == polyfit::kSegCoefOverflow) {
+    return Invalid("polyfit: the fit of segment " + std::to_string(seg) +
+                   " has a coefficient beyond float32 range; the values are "
+                   "too large (|v| near FLT_MAX) for polyfit");
+  }
+  return Invalid("polyfit: the fit of segment " + std::to_string(seg) +
+                 " could exceed float32 range when decoded; the values are "
+                 "too large (|v| near FLT_MAX) for polyfit");
+}
+
+// dexp::Start's failure.
+inline absl::Status DexpMeanTooLarge(double mean) {
+  return Invalid("dexp: the values are too large (mean magnitude " + std::to_string(mean) +
+                 " above e^87.7) for the dexp payload");
 }
 
 inline absl::Status CheckPayloadShape(const tensorflow::Tensor& payload, uint8_t codec) {

@@ -118,106 +118,12 @@ absl::Status SortDescending(OpKernelContext* ctx, const float* v, int64_t k, Tid
   return absl::OkStatus();
 }
 
-template <typename Tidx>
-absl::Status CheckSortable(const char* codec, int64_t k) {
-  const int64_t limit = std::is_same<Tidx, int32_t>::value
-                            ? int64_t{std::numeric_limits<int32_t>::max()}
-                            : int64_t{0xffffffffLL};
-  if (k > limit) {
-    return Invalid(std::string(codec) + ": " + std::to_string(k) +
-                   " values exceed the limit of " + std::to_string(limit) +
-                   " for out_idx " +
-                   (std::is_same<Tidx, int32_t>::value ? "int32" : "int64"));
-  }
-  return absl::OkStatus();
-}
-
 // ------------------------------------------------------------- polyfit --
-
-// Number of values >= 0 in a descending sequence.
-int64_t SignSplit(const float* y, int64_t k) {
-  return std::partition_point(y, y + k, [](float x) { return x >= 0.0f; }) - y;
-}
-
-// Splits `total` segments between the positive and negative parts in
-// proportion to their sizes, at least one each when both exist.
-void SplitCounts(int64_t total, int64_t pos, int64_t neg, int64_t* sp, int64_t* sn) {
-  if (pos == 0 || neg == 0) {
-    *sp = neg == 0 ? total : 0;
-    *sn = neg == 0 ? 0 : total;
-    return;
-  }
-  total = std::max<int64_t>(total, 2);
-  int64_t p = static_cast<int64_t>(std::nearbyint(static_cast<double>(total) * pos /
-                                                  static_cast<double>(pos + neg)));
-  p = std::min(std::max<int64_t>(p, 1), total - 1);
-  *sp = p;
-  *sn = total - p;
-}
-
-// Geometric layout of one sign part of `length` values in `segs` segments:
-// boundaries round((length + 1)^(j / segs)) - 1, so segment lengths grow by a
-// constant factor away from the extreme end, where the sorted magnitudes
-// change fastest. from_end puts the short segments at the end (negatives).
-// Writes the lengths to out and returns their count.
-int64_t GeometricPart(int64_t length, int64_t segs, bool from_end, int64_t* out) {
-  segs = std::max<int64_t>(1, std::min(segs, length));
-  int64_t prev = 0;
-  for (int64_t j = 1; j <= segs; ++j) {
-    int64_t x = static_cast<int64_t>(std::nearbyint(
-                    std::pow(static_cast<double>(length) + 1.0,
-                             static_cast<double>(j) / static_cast<double>(segs)))) - 1;
-    x = std::max(x, prev + 1);
-    x = std::min(x, length - (segs - j));
-    if (j == segs) x = length;
-    out[j - 1] = x - prev;
-    prev = x;
-  }
-  if (from_end) std::reverse(out, out + segs);
-  return segs;
-}
-
-struct GreedySeg {
-  int64_t lo, hi;  // [lo, hi)
-  double dist;     // max chord distance inside, 0 if not worth splitting
-  int64_t split;   // cut after this position
-};
-
-void BestSplit(const float* y, int64_t lo, int64_t hi, int degree, GreedySeg* seg) {
-  seg->lo = lo;
-  seg->hi = hi;
-  seg->dist = 0.0;
-  seg->split = -1;
-  const int64_t n = hi - lo;
-  if (n <= degree + 1 || n < 3) return;  // fitted exactly already
-  double best = -1.0;
-  for (int64_t j = lo + 1; j < hi - 1; ++j) {
-    const double d = polyfit::ChordDistance(y, lo, hi - 1, j);
-    if (d > best) {
-      best = d;
-      seg->split = j;
-    }
-  }
-  seg->dist = best;
-}
 
 class PolyfitEncodeBase : public OpKernel {
  public:
   explicit PolyfitEncodeBase(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    std::string segmentation;
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("degree", &degree_));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("segmentation", &segmentation));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("segments", &segments_));
-    OP_REQUIRES(ctx, degree_ >= 0 && degree_ <= polyfit::kMaxDegree,
-                Invalid("degree must lie in [0, " + std::to_string(polyfit::kMaxDegree) +
-                        "], got " + std::to_string(degree_)));
-    OP_REQUIRES(ctx, segments_ >= 0 && segments_ <= (int64_t{1} << 20),
-                Invalid("segments must be 0 (automatic) or in [1, 2^20], got " +
-                        std::to_string(segments_)));
-    OP_REQUIRES(ctx, segmentation == "greedy" || segmentation == "geometric",
-                Invalid("segmentation must be 'greedy' or 'geometric', got '" +
-                        segmentation + "'"));
-    seg_kind_ = segmentation == "greedy" ? polyfit::kSegGreedy : polyfit::kSegGeometric;
+    OP_REQUIRES_OK(ctx, ParsePolyfitAttrs(ctx, &attrs_));
   }
 
  protected:
@@ -225,55 +131,22 @@ class PolyfitEncodeBase : public OpKernel {
   // returns the count.
   absl::Status Segment(OpKernelContext* ctx, const float* y, int64_t k, int64_t segs,
                        int64_t* lens, int64_t* count) const {
-    const int64_t p = SignSplit(y, k);
-    if (seg_kind_ == polyfit::kSegGeometric) {
-      int64_t sp, sn, c = 0;
-      SplitCounts(segs, p, k - p, &sp, &sn);
-      if (p > 0) c += GeometricPart(p, sp, false, lens);
-      if (k - p > 0) c += GeometricPart(k - p, sn, true, lens + c);
-      *count = c;
+    const int64_t p = polyfit::SignSplit(y, k);
+    if (attrs_.seg_kind == polyfit::kSegGeometric) {
+      *count = polyfit::GeometricLayout(k, p, segs, lens);
       return absl::OkStatus();
     }
-    // Greedy knots (Lemma 1): repeatedly cut the segment whose point farthest
-    // from its chord is farthest, at that point. The sign change is always a
-    // knot: top-k values jump from +t to -t there.
     const int64_t cap = std::max<int64_t>(segs, 2);
     Tensor seg_t;
-    GreedySeg* seg;
+    polyfit::GreedySeg* seg;
     absl::Status s = AllocateScratch(ctx, cap, &seg_t, &seg);
     if (!s.ok()) return s;
-    int64_t c = 0;
-    if (p > 0 && p < k) {
-      BestSplit(y, 0, p, degree_, &seg[c++]);
-      BestSplit(y, p, k, degree_, &seg[c++]);
-    } else {
-      BestSplit(y, 0, k, degree_, &seg[c++]);
-    }
-    while (c < segs) {
-      int64_t i = 0;
-      for (int64_t q = 1; q < c; ++q) {
-        if (seg[q].dist > seg[i].dist) i = q;
-      }
-      if (!(seg[i].dist > 0.0)) break;
-      const GreedySeg old = seg[i];
-      std::copy_backward(seg + i + 1, seg + c, seg + c + 1);
-      BestSplit(y, old.lo, old.split + 1, degree_, &seg[i]);
-      BestSplit(y, old.split + 1, old.hi, degree_, &seg[i + 1]);
-      ++c;
-    }
-    for (int64_t q = 0; q < c; ++q) lens[q] = seg[q].hi - seg[q].lo;
-    *count = c;
+    *count = polyfit::GreedyLayout(y, k, p, segs, attrs_.degree, seg, lens);
     return absl::OkStatus();
   }
 
-  int degree_;
-  int64_t segments_;
-  uint8_t seg_kind_;
+  PolyfitAttrs attrs_;
 };
-
-// Rows fitted per work item; a long segment is split into blocks whose
-// Givens factorizations are merged afterwards.
-constexpr int64_t kFitBlock = 8192;
 
 template <typename Tidx>
 class PolyfitEncodeOp : public PolyfitEncodeBase {
@@ -298,78 +171,40 @@ class PolyfitEncodeOp : public PolyfitEncodeBase {
     int64_t num_segs = 0;
     Tensor lens_t;
     int64_t* lens;
-    const int64_t want = k == 0 ? 0 : std::min(k, segments_ > 0 ? segments_
-                                                              : polyfit::AutoSegments(k));
+    const int64_t want = polyfit::WantedSegments(k, attrs_.segments);
     OP_REQUIRES_OK(ctx, AllocateScratch(ctx, std::max<int64_t>(want, 2), &lens_t, &lens));
     if (k > 0) OP_REQUIRES_OK(ctx, Segment(ctx, y, k, want, lens, &num_segs));
 
-    // Blocks of at most kFitBlock rows, never crossing a segment boundary.
-    int64_t num_blocks = 0, num_coefs = 0;
-    for (int64_t s = 0; s < num_segs; ++s) {
-      num_blocks += (lens[s] + kFitBlock - 1) / kFitBlock;
-      num_coefs += polyfit::SegmentDegree(degree_, lens[s]) + 1;
-    }
-    struct Block {
-      int64_t seg, start, j0, j1, len;  // rows [j0, j1) of the segment at `start`
-    };
-    Tensor blocks_t, lsq_t;
-    Block* blocks;
+    // The fixed blocked order of polyfit.h's fit plan (shared with the GPU).
+    const int degree = attrs_.degree;
+    int64_t num_blocks, num_coefs;
+    polyfit::PlanSizes(lens, num_segs, degree, &num_blocks, &num_coefs);
+    Tensor blocks_t, plan_t, lsq_t;
+    polyfit::FitBlock* blocks;
+    polyfit::SegPlan* plan;
     GivensLsq* lsq;
     OP_REQUIRES_OK(ctx, AllocateScratch(ctx, num_blocks, &blocks_t, &blocks));
+    OP_REQUIRES_OK(ctx, AllocateScratch(ctx, num_segs, &plan_t, &plan));
     OP_REQUIRES_OK(ctx, AllocateScratch(ctx, num_blocks, &lsq_t, &lsq));
-    {
-      int64_t b = 0, start = 0;
-      for (int64_t s = 0; s < num_segs; ++s) {
-        for (int64_t j0 = 0; j0 < lens[s]; j0 += kFitBlock) {
-          blocks[b++] = {s, start, j0, std::min(lens[s], j0 + kFitBlock), lens[s]};
-        }
-        start += lens[s];
-      }
-    }
-    const int cols = degree_ + 1;
-    CpuPool(ctx)->ParallelFor(num_blocks, kFitBlock * cols * cols * 6,
-                           [&](int64_t begin, int64_t end) {
+    polyfit::MakePlan(lens, num_segs, degree, blocks, plan);
+    const int cols = degree + 1;
+    CpuPool(ctx)->ParallelFor(num_blocks, polyfit::kFitBlock * cols * cols * 6,
+                              [&](int64_t begin, int64_t end) {
+      BlockedLsq work;
       for (int64_t b = begin; b < end; ++b) {
-        const Block& bl = blocks[b];
-        const int deg = polyfit::SegmentDegree(degree_, bl.len);
-        lsq[b].Init(deg + 1);
-        polyfit::AccumulateRows(y + bl.start + bl.j0, bl.j0, bl.j1, bl.len, deg, &lsq[b]);
+        polyfit::FitBlockRows(y, blocks[b], degree, &lsq[b], &work);
       }
     });
 
-    const uint64_t size = polyfit::kFixedBytes + 4 * num_segs + 4 * num_coefs;
+    const int64_t size = polyfit::PayloadBytes(num_segs, num_coefs);
     Tensor* payload_t = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({static_cast<int64_t>(size)}),
-                                             &payload_t));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({size}), &payload_t));
     uint8_t* out = payload_t->flat<uint8_t>().data();
-    WriteHeader(out, kCodecPolyfit, static_cast<uint64_t>(k));
-    PutU8(out + 16, static_cast<uint8_t>(degree_));
-    PutU8(out + 17, seg_kind_);
-    PutU16(out + 18, 0);
-    PutU32(out + 20, static_cast<uint32_t>(num_segs));
-    uint8_t* coef_out = out + polyfit::kFixedBytes + 4 * num_segs;
-    int64_t b = 0;
+    polyfit::WriteFixed(out, static_cast<uint64_t>(k), degree, attrs_.seg_kind, num_segs);
     for (int64_t s = 0; s < num_segs; ++s) {
-      PutU32(out + polyfit::kFixedBytes + 4 * s, static_cast<uint32_t>(lens[s]));
-      GivensLsq& acc = lsq[b++];
-      while (b < num_blocks && blocks[b].seg == s) acc.Merge(lsq[b++]);
-      double x[kMaxCols];
-      acc.Solve(x, 1e-13);
-      double total = 0.0;
-      for (int c = 0; c < acc.n; ++c) {
-        const float f = static_cast<float>(x[c]);
-        OP_REQUIRES(ctx, std::isfinite(f),
-                    Invalid("polyfit: the fit of segment " + std::to_string(s) +
-                            " has a coefficient beyond float32 range; the values are "
-                            "too large (|v| near FLT_MAX) for polyfit"));
-        total += std::fabs(static_cast<double>(f));
-        PutF32(coef_out, f);
-        coef_out += 4;
-      }
-      OP_REQUIRES(ctx, total <= static_cast<double>(FLT_MAX),
-                  Invalid("polyfit: the fit of segment " + std::to_string(s) +
-                          " could exceed float32 range when decoded; the values are "
-                          "too large (|v| near FLT_MAX) for polyfit"));
+      const int code = polyfit::FinishSegment(plan[s], s, num_segs,
+                                              lsq + plan[s].first_block, out);
+      OP_REQUIRES(ctx, code == polyfit::kSegOk, PolyfitSegmentError(s, code));
     }
   }
 };
@@ -426,95 +261,31 @@ class PolyfitDecodeOp : public OpKernel {
 
 // ---------------------------------------------------------------- dexp --
 
-// The i-th magnitude of a part: the positives in sorted order, or the
-// negatives' magnitudes from the most negative value on.
-struct PartView {
-  const float* y;
-  int64_t n;
-  bool negative;  // then y points at the last sorted value, read backwards
-  double at(int64_t j) const {
-    return negative ? -static_cast<double>(y[-j]) : static_cast<double>(y[j]);
-  }
-};
-
-double PartSse(const PartView& part, const dexp::Coefs& c) {
-  double sse = 0.0;
-  for (int64_t j = 0; j < part.n; ++j) {
-    const double d = dexp::Eval(c, dexp::Abscissa(j, part.n)) - part.at(j);
-    sse += d * d;
-  }
-  return sse;
-}
-
-// Jacquelin's integral-equation fit of one part (see dexp.h).
-absl::Status FitPart(const PartView& part, dexp::Coefs* out) {
+// Jacquelin's integral-equation fit of one part (dexp.h's FitPartHost), the
+// per-block steps on the thread pool.
+absl::Status FitPart(OpKernelContext* ctx, const dexp::Part& part, dexp::Coefs* out) {
   *out = {0.0f, 0.0f, 0.0f, 0.0f};
-  const int64_t n = part.n;
-  if (n == 0) return absl::OkStatus();
-  double ymax = 0.0, mean = 0.0;
-  for (int64_t j = 0; j < n; ++j) {
-    ymax = std::max(ymax, part.at(j));
-    mean += part.at(j);
-  }
-  mean /= static_cast<double>(n);
-  dexp::Coefs best = {static_cast<float>(mean), 0.0f, 0.0f, 0.0f};
-  if (!dexp::CoefsOk(best)) {
-    return Invalid("dexp: the values are too large (mean magnitude " +
-                   std::to_string(mean) + " above e^87.7) for the dexp payload");
-  }
-  *out = best;
-  if (n < 5 || ymax <= 0.0) return absl::OkStatus();
-  const double inv = 1.0 / ymax;
-  const double h = 1.0 / static_cast<double>(n - 1);
-
-  // y = A SS + B S + C x + D.
-  GivensLsq lsq;
-  lsq.Init(4);
-  BlockedLsq rows(&lsq);
-  double s = 0.0, ss = 0.0, prev = part.at(0) * inv, prev_s = 0.0;
-  for (int64_t j = 0; j < n; ++j) {
-    const double yj = part.at(j) * inv;
-    if (j > 0) {
-      s += 0.5 * (yj + prev) * h;
-      ss += 0.5 * (s + prev_s) * h;
-    }
-    double* row = rows.NextRow();
-    row[0] = ss;
-    row[1] = s;
-    row[2] = static_cast<double>(j) * h;
-    row[3] = 1.0;
-    rows.Commit(yj);
-    prev = yj;
-    prev_s = s;
-  }
-  rows.Flush();
-  double abcd[4];
-  lsq.Solve(abcd, 1e-12);
-  const double disc = abcd[1] * abcd[1] + 4.0 * abcd[0];
-  if (!(disc >= 0.0) || !std::isfinite(disc)) return absl::OkStatus();
-  const float p = static_cast<float>(0.5 * (abcd[1] + std::sqrt(disc)));
-  const float q = static_cast<float>(0.5 * (abcd[1] - std::sqrt(disc)));
-  if (!std::isfinite(p) || !std::isfinite(q) || p > 80.0f) return absl::OkStatus();
-
-  // (a, b) for fixed float32 p, q.
-  GivensLsq ab;
-  ab.Init(2);
-  BlockedLsq ab_rows(&ab);
-  for (int64_t j = 0; j < n; ++j) {
-    const double x = dexp::Abscissa(j, n);
-    double* row = ab_rows.NextRow();
-    row[0] = std::exp(static_cast<double>(p) * x);
-    row[1] = std::exp(static_cast<double>(q) * x);
-    ab_rows.Commit(part.at(j) * inv);
-  }
-  ab_rows.Flush();
-  double coef[2];
-  ab.Solve(coef, 1e-12);
-  const dexp::Coefs cand = {static_cast<float>(coef[0] * ymax), p,
-                            static_cast<float>(coef[1] * ymax), q};
-  if (!dexp::CoefsOk(cand)) return absl::OkStatus();
-  const double sse = PartSse(part, cand);
-  if (std::isfinite(sse) && sse < PartSse(part, best)) *out = cand;
+  if (part.n == 0) return absl::OkStatus();
+  const int64_t nb = dexp::NumBlocks(part.n);
+  Tensor m_t, in_t, s0_t, lsq_t, sse_t;
+  dexp::HostScratch hs;
+  absl::Status st = AllocateScratch(ctx, nb, &m_t, &hs.moments);
+  if (st.ok()) st = AllocateScratch(ctx, nb, &in_t, &hs.integral);
+  if (st.ok()) st = AllocateScratch(ctx, 2 * nb, &s0_t, &hs.s0);
+  if (st.ok()) st = AllocateScratch(ctx, nb, &lsq_t, &hs.lsq);
+  if (st.ok()) st = AllocateScratch(ctx, nb, &sse_t, &hs.sse);
+  if (!st.ok()) return st;
+  hs.ss0 = hs.s0 + nb;
+  auto pool = CpuPool(ctx);
+  dexp::PartFit f;
+  dexp::FitPartHost(part, hs, [&](auto&& fn) {
+    pool->ParallelFor(nb, dexp::kFitBlock * 200, [&](int64_t begin, int64_t end) {
+      BlockedLsq work;
+      for (int64_t b = begin; b < end; ++b) fn(b, &work);
+    });
+  }, &f);
+  if (f.error) return DexpMeanTooLarge(f.mean);
+  *out = f.out;
   return absl::OkStatus();
 }
 
@@ -537,28 +308,17 @@ class DexpEncodeOp : public OpKernel {
       OP_REQUIRES_OK(ctx, SortDescending(ctx, values_t.flat<float>().data(), k,
                                          perm_t->flat<Tidx>().data(), y));
     }
-    const int64_t p = SignSplit(y, k);
-    PartView parts[2] = {{y, p, false}, {k > 0 ? y + k - 1 : y, k - p, true}};
+    const int64_t p = polyfit::SignSplit(y, k);
     dexp::Coefs coefs[2];
-    absl::Status status[2];
-    // The two sign parts are independent fits.
-    CpuPool(ctx)->ParallelFor(2, std::max<int64_t>(k, 1) * 200, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) status[i] = FitPart(parts[i], &coefs[i]);
-    });
-    OP_REQUIRES_OK(ctx, status[0]);
-    OP_REQUIRES_OK(ctx, status[1]);
+    // One part after the other, each parallel over its blocks.
+    for (int i = 0; i < 2; ++i) {
+      OP_REQUIRES_OK(ctx, FitPart(ctx, dexp::MakePart(y, k, p, i), &coefs[i]));
+    }
     Tensor* payload_t = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({dexp::kPayloadBytes}),
                                              &payload_t));
-    uint8_t* out = payload_t->flat<uint8_t>().data();
-    WriteHeader(out, kCodecDexp, static_cast<uint64_t>(k));
-    PutU64(out + 16, static_cast<uint64_t>(p));
-    for (int i = 0; i < 2; ++i) {
-      PutF32(out + 24 + 16 * i, coefs[i].a);
-      PutF32(out + 28 + 16 * i, coefs[i].p);
-      PutF32(out + 32 + 16 * i, coefs[i].b);
-      PutF32(out + 36 + 16 * i, coefs[i].q);
-    }
+    dexp::WritePayload(payload_t->flat<uint8_t>().data(), static_cast<uint64_t>(k),
+                       static_cast<uint64_t>(p), coefs[0], coefs[1]);
   }
 };
 

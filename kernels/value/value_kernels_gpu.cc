@@ -1,24 +1,27 @@
 // GPU OpKernels of the value codecs (CUDA build only: setup.py compiles
-// *_gpu.cc files when DEEPREDUCE_TF_CUDA=1): fp16/bf16 encode and decode,
-// qsgd encode and decode, polyfit and dexp decode. They validate exactly as
-// the CPU kernels do (value_args.h, same messages): header and fixed fields
-// on the host from a copy of the payload's prefix (all of it for polyfit and
-// dexp, whose payloads are small), data checks (NaN/Inf values, qsgd scales,
-// codes and padding) on the device, reported after a small device-to-host
-// copy. Work runs on the op's stream through the launchers of value_gpu.h.
+// *_gpu.cc files when DEEPREDUCE_TF_CUDA=1): fp16/bf16, qsgd, polyfit and
+// dexp encode and decode. They validate exactly as the CPU kernels do
+// (value_args.h, same messages): header and fixed fields on the host from a
+// copy of the payload's prefix (all of it for polyfit and dexp, whose
+// payloads are small), data checks (NaN/Inf values, qsgd scales, codes and
+// padding) on the device, reported after a small device-to-host copy. Work
+// runs on the op's stream through the launchers of value_gpu.h.
 //
 // Synchronization: every decoder copies its header to the host (one stream
 // sync); qsgd encode/decode also sync once for their error records; polyfit
-// decode once more to upload its segment tables. fp16/bf16 encode never
-// syncs.
+// decode once more to upload its segment tables. polyfit/dexp encode sync
+// after the sort (NaN/Inf record, sign split), polyfit's greedy segmentation
+// twice more (count, lengths: the payload size depends on them), and the fit
+// once (error record). fp16/bf16 encode never syncs.
 //
-// Not here: polyfit and dexp encode (sort + per-segment double-precision
-// fits; CUDA kernels pending) and deflate (CPU only by design): TF places
-// them on the CPU.
+// Not here: deflate (CPU only by design): TF places it on the CPU.
+#include <algorithm>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "kernels/value/dexp.h"
+#include "kernels/value/polyfit.h"
 #include "kernels/value/qsgd.h"
 #include "kernels/value/value_args.h"
 #include "kernels/value/value_format.h"
@@ -303,6 +306,137 @@ class DexpDecodeGpuOp : public OpKernel {
   int64_t max_values_;
 };
 
+// ------------------------------------------------ polyfit / dexp encode --
+
+// The sort shared by both encoders: perm (output 1) and the sorted values
+// (device scratch y_t). Validates like the CPU kernel (shape, K, then
+// NaN/Inf: the CPU checks K after the values; a vector of > 2^32 values
+// cannot be sorted either way). Returns the sign split in *p_count.
+template <typename Tidx>
+absl::Status SortOnGpu(OpKernelContext* ctx, const char* codec, void* stream, Tensor* y_t,
+                       int64_t* p_count) {
+  const Tensor& values_t = ctx->input(0);
+  absl::Status s = CheckValuesShape(values_t, codec);
+  if (!s.ok()) return s;
+  const int64_t k = values_t.NumElements();
+  s = CheckSortable<Tidx>(codec, k);
+  if (!s.ok()) return s;
+  Tensor* perm_t = nullptr;
+  s = ctx->allocate_output(1, TensorShape({k}), &perm_t);
+  if (s.ok()) s = AllocateScratch(ctx, 4 * static_cast<size_t>(k), y_t);
+  Tensor sort_t;
+  const size_t sort_bytes = gpu::SortScratchBytes(k);
+  if (s.ok()) s = AllocateScratch(ctx, sort_bytes, &sort_t);
+  if (!s.ok()) return s;
+  gpu::SortResult r;
+  s = CudaStatus(gpu::SortDescending(values_t.flat<float>().data(), k,
+                                     std::is_same<Tidx, int64_t>::value,
+                                     perm_t->flat<Tidx>().data(),
+                                     reinterpret_cast<float*>(y_t->flat<uint8_t>().data()),
+                                     sort_t.flat<uint8_t>().data(), sort_bytes, stream, &r),
+                 codec);
+  if (!s.ok()) return s;
+  if (r.first_bad < k) return NonFiniteValue(codec, r.first_bad, r.bad_value);
+  *p_count = r.p_count;
+  return absl::OkStatus();
+}
+
+template <typename Tidx>
+class PolyfitEncodeGpuOp : public OpKernel {
+ public:
+  explicit PolyfitEncodeGpuOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ParsePolyfitAttrs(ctx, &attrs_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    void* stream = nullptr;
+    OP_REQUIRES_OK(ctx, StreamOf(ctx, &stream));
+    Tensor y_t;
+    int64_t p_count = 0;
+    OP_REQUIRES_OK(ctx, SortOnGpu<Tidx>(ctx, "polyfit", stream, &y_t, &p_count));
+    const int64_t k = ctx->input(0).NumElements();
+    const float* y = reinterpret_cast<const float*>(y_t.flat<uint8_t>().data());
+    const int degree = attrs_.degree;
+
+    // Segment lengths on the host: the geometric layout is a function of
+    // (K, P, segments) computed by the CPU kernel's code; the greedy knots
+    // come from the device.
+    const int64_t want = polyfit::WantedSegments(k, attrs_.segments);
+    Tensor lens_t;
+    OP_REQUIRES_OK(ctx, AllocateHost(ctx, 8 * std::max<int64_t>(want, 2), &lens_t));
+    int64_t* lens = reinterpret_cast<int64_t*>(lens_t.flat<uint8_t>().data());
+    int64_t num_segs = 0;
+    if (k > 0 && attrs_.seg_kind == polyfit::kSegGeometric) {
+      num_segs = polyfit::GeometricLayout(k, p_count, want, lens);
+    } else if (k > 0) {
+      Tensor greedy_t;
+      const size_t greedy_bytes = gpu::PolyfitGreedyScratchBytes(want);
+      OP_REQUIRES_OK(ctx, AllocateScratch(ctx, greedy_bytes, &greedy_t));
+      OP_REQUIRES_OK(ctx, CudaStatus(gpu::PolyfitGreedy(y, k, p_count, want, degree,
+                                                        greedy_t.flat<uint8_t>().data(),
+                                                        greedy_bytes, stream, lens, &num_segs),
+                                     "PolyfitEncode"));
+    }
+
+    int64_t num_blocks, num_coefs;
+    polyfit::PlanSizes(lens, num_segs, degree, &num_blocks, &num_coefs);
+    Tensor tables_t;
+    const int64_t block_bytes = static_cast<int64_t>(sizeof(polyfit::FitBlock)) * num_blocks;
+    OP_REQUIRES_OK(ctx, AllocateHost(ctx, block_bytes + static_cast<int64_t>(
+                                              sizeof(polyfit::SegPlan)) * num_segs,
+                                     &tables_t));
+    auto* blocks = reinterpret_cast<polyfit::FitBlock*>(tables_t.flat<uint8_t>().data());
+    auto* plan = reinterpret_cast<polyfit::SegPlan*>(tables_t.flat<uint8_t>().data() +
+                                                     block_bytes);
+    polyfit::MakePlan(lens, num_segs, degree, blocks, plan);
+    const int64_t size = polyfit::PayloadBytes(num_segs, num_coefs);
+    Tensor* payload_t = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({size}), &payload_t));
+    Tensor fit_t;
+    const size_t fit_bytes = gpu::PolyfitFitScratchBytes(num_segs, num_blocks);
+    OP_REQUIRES_OK(ctx, AllocateScratch(ctx, fit_bytes, &fit_t));
+    gpu::PolyfitFitResult r;
+    OP_REQUIRES_OK(ctx, CudaStatus(gpu::PolyfitFit(y, k, degree, attrs_.seg_kind, blocks,
+                                                   num_blocks, plan, num_segs,
+                                                   payload_t->flat<uint8_t>().data(), size,
+                                                   fit_t.flat<uint8_t>().data(), fit_bytes,
+                                                   stream, &r),
+                                   "PolyfitEncode"));
+    OP_REQUIRES(ctx, r.bad_segment >= num_segs, PolyfitSegmentError(r.bad_segment, r.code));
+  }
+
+ private:
+  PolyfitAttrs attrs_;
+};
+
+template <typename Tidx>
+class DexpEncodeGpuOp : public OpKernel {
+ public:
+  explicit DexpEncodeGpuOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    void* stream = nullptr;
+    OP_REQUIRES_OK(ctx, StreamOf(ctx, &stream));
+    Tensor y_t;
+    int64_t p_count = 0;
+    OP_REQUIRES_OK(ctx, SortOnGpu<Tidx>(ctx, "dexp", stream, &y_t, &p_count));
+    const int64_t k = ctx->input(0).NumElements();
+    Tensor* payload_t = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({dexp::kPayloadBytes}),
+                                             &payload_t));
+    Tensor fit_t;
+    const size_t fit_bytes = gpu::DexpScratchBytes(k);
+    OP_REQUIRES_OK(ctx, AllocateScratch(ctx, fit_bytes, &fit_t));
+    gpu::DexpFitResult r;
+    OP_REQUIRES_OK(ctx, CudaStatus(gpu::DexpFit(
+                                       reinterpret_cast<const float*>(y_t.flat<uint8_t>().data()),
+                                       k, p_count, payload_t->flat<uint8_t>().data(),
+                                       fit_t.flat<uint8_t>().data(), fit_bytes, stream, &r),
+                                   "DexpEncode"));
+    OP_REQUIRES(ctx, r.bad_part < 0, DexpMeanTooLarge(r.mean));
+  }
+};
+
 #define DR_REGISTER_GPU(name, ...) \
   REGISTER_KERNEL_BUILDER(         \
       Name("DeepReduce>" name).Device(::tensorflow::DEVICE_GPU), __VA_ARGS__)
@@ -315,6 +449,18 @@ DR_REGISTER_GPU("QsgdDecode", QsgdDecodeGpuOp);
 DR_REGISTER_GPU("PolyfitDecode", PolyfitDecodeGpuOp);
 DR_REGISTER_GPU("DexpDecode", DexpDecodeGpuOp);
 #undef DR_REGISTER_GPU
+#define DR_REGISTER_SORTING_GPU(T)                                                   \
+  REGISTER_KERNEL_BUILDER(Name("DeepReduce>PolyfitEncode")                          \
+                              .Device(::tensorflow::DEVICE_GPU)                     \
+                              .TypeConstraint<T>("out_idx"),                        \
+                          PolyfitEncodeGpuOp<T>);                                   \
+  REGISTER_KERNEL_BUILDER(Name("DeepReduce>DexpEncode")                             \
+                              .Device(::tensorflow::DEVICE_GPU)                     \
+                              .TypeConstraint<T>("out_idx"),                        \
+                          DexpEncodeGpuOp<T>);
+DR_REGISTER_SORTING_GPU(int32_t);
+DR_REGISTER_SORTING_GPU(int64_t);
+#undef DR_REGISTER_SORTING_GPU
 REGISTER_KERNEL_BUILDER(Name("DeepReduce>QsgdEncode")
                             .Device(::tensorflow::DEVICE_GPU)
                             .HostMemory("seed"),

@@ -5,10 +5,13 @@
 // dexp.h and value_format.h that the CPU OpKernels call, compiled for the
 // host, in the simplest sequential form (one bit at a time for qsgd's
 // packing); the CUDA kernels call them compiled for the device. Required:
-// the same payload bytes (fp16, bf16, qsgd encode), the same float bits
-// (fp16, bf16, qsgd and polyfit decode), dexp decode within 1 float ulp
-// (CUDA's and glibc's double exp() may differ in the last bit), and the same
-// error records for non-finite values and corrupted qsgd payloads.
+// the same payload bytes (fp16, bf16, qsgd and polyfit encode; polyfit's
+// perm and segment lengths too), the same float bits (fp16, bf16, qsgd and
+// polyfit decode), dexp decode within 1 float ulp (CUDA's and glibc's double
+// exp() may differ in the last bit), dexp encode within the tolerance of
+// dexp.h (same perm, header, P and exponents; amplitudes within 4 float
+// ulps, or an equally good candidate on a tie), and the same error records
+// for non-finite values and corrupted qsgd payloads.
 //
 // Build and run: bash build_deps/build_cuda_test.sh (runs it if a GPU is
 // present). Exit status: 0 all passed, 1 a mismatch, 77 no CUDA device
@@ -27,6 +30,7 @@
 
 #include "kernels/value/dexp.h"
 #include "kernels/value/halfcast.h"
+#include "kernels/value/lsq.h"
 #include "kernels/value/polyfit.h"
 #include "kernels/value/qsgd.h"
 #include "kernels/value/value_format.h"
@@ -386,6 +390,265 @@ void RunDexp(int64_t k, int64_t p_count, cudaStream_t stream, int64_t* exact) {
   }
 }
 
+// ------------------------------------------------- polyfit / dexp encode --
+//
+// Host reference: the CPU kernel's encoders, sequential. Sorting by
+// std::stable_sort on the CPU kernel's key (its LSD radix sort is stable:
+// the same order); GeometricLayout, GreedyLayout, MakePlan, FitBlockRows,
+// FinishSegment and FitPartHost are the very functions the CPU kernel calls.
+
+// Top-k-like test values: heavy-tailed, both signs, some exact ties and
+// zeros (the sort's tie rule and the sign split are exercised).
+std::vector<float> EncoderInput(std::mt19937_64& rng, int64_t k) {
+  std::exponential_distribution<double> expo(1.0);
+  std::vector<float> v(k);
+  for (int64_t i = 0; i < k; ++i) {
+    const double m = 1.0 + expo(rng);
+    v[i] = static_cast<float>((rng() & 1) ? m : -m);
+    if (i % 17 == 3) v[i] = std::round(v[i] * 4.0f) / 4.0f;  // ties
+    if (i % 101 == 5) v[i] = (i % 2) ? 0.0f : -0.0f;
+  }
+  return v;
+}
+
+struct Sorted {
+  std::vector<int64_t> perm;
+  std::vector<float> y;
+  int64_t p_count;
+};
+
+Sorted RefSort(const std::vector<float>& v) {
+  Sorted s;
+  const int64_t k = static_cast<int64_t>(v.size());
+  s.perm.resize(k);
+  for (int64_t i = 0; i < k; ++i) s.perm[i] = i;
+  std::stable_sort(s.perm.begin(), s.perm.end(), [&](int64_t a, int64_t b) {
+    return dv::DescendingKey(v[a]) < dv::DescendingKey(v[b]);
+  });
+  s.y.resize(k);
+  for (int64_t i = 0; i < k; ++i) s.y[i] = v[s.perm[i]];
+  s.p_count = dv::polyfit::SignSplit(s.y.data(), k);
+  return s;
+}
+
+std::vector<int64_t> RefPolyfitLens(const Sorted& s, int degree, uint8_t seg_kind,
+                                    int64_t segments) {
+  const int64_t k = static_cast<int64_t>(s.y.size());
+  const int64_t want = dv::polyfit::WantedSegments(k, segments);
+  std::vector<int64_t> lens(std::max<int64_t>(want, 2));
+  int64_t n = 0;
+  if (k > 0 && seg_kind == dv::polyfit::kSegGeometric) {
+    n = dv::polyfit::GeometricLayout(k, s.p_count, want, lens.data());
+  } else if (k > 0) {
+    std::vector<dv::polyfit::GreedySeg> seg(lens.size());
+    n = dv::polyfit::GreedyLayout(s.y.data(), k, s.p_count, want, degree, seg.data(),
+                                  lens.data());
+  }
+  lens.resize(n);
+  return lens;
+}
+
+struct Plan {
+  std::vector<dv::polyfit::FitBlock> blocks;
+  std::vector<dv::polyfit::SegPlan> segs;
+  int64_t num_coefs = 0;
+};
+
+Plan MakePlan(const std::vector<int64_t>& lens, int degree) {
+  Plan p;
+  int64_t nb = 0;
+  dv::polyfit::PlanSizes(lens.data(), lens.size(), degree, &nb, &p.num_coefs);
+  p.blocks.resize(nb);
+  p.segs.resize(lens.size());
+  dv::polyfit::MakePlan(lens.data(), lens.size(), degree, p.blocks.data(), p.segs.data());
+  return p;
+}
+
+std::vector<uint8_t> RefPolyfitPayload(const Sorted& s, const std::vector<int64_t>& lens,
+                                       int degree, uint8_t seg_kind) {
+  const Plan plan = MakePlan(lens, degree);
+  const int64_t num_segs = static_cast<int64_t>(lens.size());
+  std::vector<uint8_t> out(dv::polyfit::PayloadBytes(num_segs, plan.num_coefs));
+  dv::polyfit::WriteFixed(out.data(), s.y.size(), degree, seg_kind, num_segs);
+  std::vector<dv::GivensLsq> lsq(plan.blocks.size());
+  dv::BlockedLsq work;
+  for (size_t b = 0; b < plan.blocks.size(); ++b) {
+    dv::polyfit::FitBlockRows(s.y.data(), plan.blocks[b], degree, &lsq[b], &work);
+  }
+  for (int64_t q = 0; q < num_segs; ++q) {
+    const int code = dv::polyfit::FinishSegment(plan.segs[q], q, num_segs,
+                                                lsq.data() + plan.segs[q].first_block,
+                                                out.data());
+    CHECK(code == dv::polyfit::kSegOk, "host reference fit failed");
+  }
+  return out;
+}
+
+// The GPU sort; perm64 picks the perm dtype. Returns the result record.
+gpu::SortResult GpuSort(const std::vector<float>& v, bool perm64, cudaStream_t stream,
+                        const DeviceBuffer& d_y, std::vector<int64_t>* perm) {
+  const int64_t k = static_cast<int64_t>(v.size());
+  DeviceBuffer d_v(4 * k), d_perm((perm64 ? 8 : 4) * k);
+  Upload(d_v, v);
+  const size_t bytes = gpu::SortScratchBytes(k);
+  DeviceBuffer scratch(bytes);
+  gpu::SortResult r;
+  CheckGpu(gpu::SortDescending(d_v.as<float>(), k, perm64, d_perm.p, d_y.as<float>(), scratch.p,
+                               bytes, stream, &r));
+  perm->resize(k);
+  if (perm64) {
+    *perm = Download<int64_t>(d_perm, k);
+  } else {
+    const std::vector<int32_t> p32 = Download<int32_t>(d_perm, k);
+    for (int64_t i = 0; i < k; ++i) (*perm)[i] = p32[i];
+  }
+  return r;
+}
+
+void RunPolyfitEncode(int64_t k, int degree, uint8_t seg_kind, int64_t segments, bool perm64,
+                      cudaStream_t stream) {
+  std::mt19937_64 rng(k * 7 + degree * 3 + seg_kind);
+  const std::vector<float> v = EncoderInput(rng, k);
+  const Sorted ref = RefSort(v);
+  const std::vector<int64_t> ref_lens = RefPolyfitLens(ref, degree, seg_kind, segments);
+  const std::vector<uint8_t> want = RefPolyfitPayload(ref, ref_lens, degree, seg_kind);
+
+  DeviceBuffer d_y(4 * k);
+  std::vector<int64_t> perm;
+  const gpu::SortResult r = GpuSort(v, perm64, stream, d_y, &perm);
+  CHECK(r.first_bad == k, "no value is non-finite");
+  CHECK(r.p_count == ref.p_count, "sign split " + std::to_string(r.p_count) + ", want " +
+                                       std::to_string(ref.p_count));
+  CHECK(perm == ref.perm, "perm differs from the stable descending order");
+  CHECK(FirstBitDiff(Download<float>(d_y, k), ref.y) < 0, "sorted values differ");
+
+  // Segmentation: the geometric one is host code (the CPU's); greedy runs on
+  // the device.
+  const int64_t want_segs = dv::polyfit::WantedSegments(k, segments);
+  std::vector<int64_t> lens(std::max<int64_t>(want_segs, 2));
+  int64_t n = 0;
+  if (k > 0 && seg_kind == dv::polyfit::kSegGeometric) {
+    n = dv::polyfit::GeometricLayout(k, r.p_count, want_segs, lens.data());
+  } else if (k > 0) {
+    const size_t gb = gpu::PolyfitGreedyScratchBytes(want_segs);
+    DeviceBuffer gs(gb);
+    CheckGpu(gpu::PolyfitGreedy(d_y.as<float>(), k, r.p_count, want_segs, degree, gs.p, gb,
+                                stream, lens.data(), &n));
+  }
+  lens.resize(n);
+  CHECK(lens == ref_lens, "segment lengths differ (" + std::to_string(n) + " segments, want " +
+                              std::to_string(ref_lens.size()) + ")");
+
+  const Plan plan = MakePlan(lens, degree);
+  const int64_t size = dv::polyfit::PayloadBytes(n, plan.num_coefs);
+  const size_t fb = gpu::PolyfitFitScratchBytes(n, plan.blocks.size());
+  DeviceBuffer fit_scratch(fb), d_payload(size);
+  gpu::PolyfitFitResult fr;
+  CheckGpu(gpu::PolyfitFit(d_y.as<float>(), k, degree, seg_kind, plan.blocks.data(),
+                           plan.blocks.size(), plan.segs.data(), n, d_payload.as<uint8_t>(),
+                           size, fit_scratch.p, fb, stream, &fr));
+  CHECK(fr.bad_segment == n, "a segment fit failed on the device");
+  const std::vector<uint8_t> got = Download<uint8_t>(d_payload, size);
+  CHECK(FirstByteDiff(got, want) < 0,
+        "payload differs at byte " + std::to_string(FirstByteDiff(got, want)) + " of " +
+            std::to_string(size));
+}
+
+void RunSortNonFinite(cudaStream_t stream) {
+  std::mt19937_64 rng(5);
+  std::vector<float> v = EncoderInput(rng, 1000);
+  v[700] = std::numeric_limits<float>::infinity();
+  v[321] = std::numeric_limits<float>::quiet_NaN();
+  DeviceBuffer d_y(4 * v.size());
+  std::vector<int64_t> perm;
+  const gpu::SortResult r = GpuSort(v, true, stream, d_y, &perm);
+  CHECK(r.first_bad == 321 && std::isnan(r.bad_value), "first non-finite value");
+}
+
+std::vector<uint8_t> RefDexpPayload(const Sorted& s) {
+  const int64_t k = static_cast<int64_t>(s.y.size());
+  dv::dexp::Coefs c[2];
+  for (int which = 0; which < 2; ++which) {
+    const dv::dexp::Part part = dv::dexp::MakePart(s.y.data(), k, s.p_count, which);
+    const int64_t nb = dv::dexp::NumBlocks(part.n);
+    std::vector<dv::dexp::BlockMoments> m(nb);
+    std::vector<dv::dexp::BlockIntegral> in(nb);
+    std::vector<double> s0(nb), ss0(nb);
+    std::vector<dv::GivensLsq> lsq(nb);
+    std::vector<dv::dexp::BlockSse> sse(nb);
+    const dv::dexp::HostScratch hs = {m.data(), in.data(), s0.data(), ss0.data(), lsq.data(),
+                                      sse.data()};
+    dv::dexp::PartFit f;
+    dv::BlockedLsq work;
+    dv::dexp::FitPartHost(part, hs, [&](auto&& fn) {
+      for (int64_t b = 0; b < nb; ++b) fn(b, &work);
+    }, &f);
+    CHECK(!f.error, "host reference dexp fit failed");
+    c[which] = part.n > 0 ? f.out : dv::dexp::Coefs{0.0f, 0.0f, 0.0f, 0.0f};
+  }
+  std::vector<uint8_t> out(dv::dexp::kPayloadBytes);
+  dv::dexp::WritePayload(out.data(), k, s.p_count, c[0], c[1]);
+  return out;
+}
+
+// Sum of squared errors of a dexp payload's decoded values against y.
+double DexpSse(const std::vector<uint8_t>& payload, const std::vector<float>& y) {
+  dv::dexp::Coefs c[2];
+  for (int i = 0; i < 2; ++i) {
+    c[i] = {dv::GetF32(&payload[24 + 16 * i]), dv::GetF32(&payload[28 + 16 * i]),
+            dv::GetF32(&payload[32 + 16 * i]), dv::GetF32(&payload[36 + 16 * i])};
+  }
+  const int64_t k = static_cast<int64_t>(y.size());
+  const int64_t p = static_cast<int64_t>(dv::GetU64(&payload[16]));
+  double sse = 0.0;
+  for (int64_t i = 0; i < k; ++i) {
+    const double d = dv::dexp::DecodeAt(c[0], c[1], p, k, i) - static_cast<double>(y[i]);
+    sse += d * d;
+  }
+  return sse;
+}
+
+// dexp encode tolerance (dexp.h): same perm, header, P and exponents; a, b
+// within 4 float ulps; or, where the candidate choice differs (a tie within
+// exp()'s last-bit difference), a fit as good to 1e-5 relative.
+void RunDexpEncode(int64_t k, bool perm64, cudaStream_t stream, int64_t* exact) {
+  std::mt19937_64 rng(k * 5 + 1);
+  const std::vector<float> v = EncoderInput(rng, k);
+  const Sorted ref = RefSort(v);
+  const std::vector<uint8_t> want = RefDexpPayload(ref);
+  DeviceBuffer d_y(4 * k);
+  std::vector<int64_t> perm;
+  const gpu::SortResult r = GpuSort(v, perm64, stream, d_y, &perm);
+  CHECK(perm == ref.perm && r.p_count == ref.p_count, "sort");
+  const size_t bytes = gpu::DexpScratchBytes(k);
+  DeviceBuffer scratch(bytes), d_payload(dv::dexp::kPayloadBytes);
+  gpu::DexpFitResult fr;
+  CheckGpu(gpu::DexpFit(d_y.as<float>(), k, r.p_count, d_payload.as<uint8_t>(), scratch.p,
+                        bytes, stream, &fr));
+  CHECK(fr.bad_part < 0, "dexp fit failed on the device");
+  const std::vector<uint8_t> got = Download<uint8_t>(d_payload, dv::dexp::kPayloadBytes);
+  CHECK(std::equal(got.begin(), got.begin() + 24, want.begin()), "header or P differs");
+  if (got == want) {
+    ++*exact;
+    return;
+  }
+  for (int part = 0; part < 2; ++part) {
+    const uint8_t* g = got.data() + 24 + 16 * part;
+    const uint8_t* w = want.data() + 24 + 16 * part;
+    const bool same_exponents = dv::GetU32(g + 4) == dv::GetU32(w + 4) &&
+                                dv::GetU32(g + 12) == dv::GetU32(w + 12);
+    if (same_exponents) {
+      CHECK(UlpDistance(dv::GetF32(g), dv::GetF32(w)) <= 4 &&
+                UlpDistance(dv::GetF32(g + 8), dv::GetF32(w + 8)) <= 4,
+            "part " + std::to_string(part) + ": amplitudes differ by more than 4 ulps");
+    } else {
+      const double eg = DexpSse(got, ref.y), ew = DexpSse(want, ref.y);
+      CHECK(eg <= ew * (1.0 + 1e-5) + 1e-30,
+            "part " + std::to_string(part) + ": a different and worse candidate");
+    }
+  }
+}
+
 // Host-only sanity check of the reference (runs without a GPU): the
 // bit-at-a-time qsgd packer round-trips, the casts round-trip exactly.
 bool HostSelfCheck() {
@@ -397,6 +660,31 @@ bool HostSelfCheck() {
   for (int64_t i = 0; i < 777; ++i) {
     const float scale = dv::GetF32(r.payload.data() + 24 + 4 * (i / 50));
     if (std::fabs(dec[i] - v[i]) > scale / 7 * 1.0001f) return false;
+  }
+  {  // the host encoder reference fits a sorted smooth curve closely
+    std::vector<float> w(5000);
+    for (int64_t i = 0; i < 5000; ++i) {
+      const double x = (i - 2500) / 2500.0;
+      w[i] = static_cast<float>(-(x + 0.3 * x * x * x));
+    }
+    const Sorted s = RefSort(w);
+    for (uint8_t kind : {dv::polyfit::kSegGreedy, dv::polyfit::kSegGeometric}) {
+      const std::vector<int64_t> lens = RefPolyfitLens(s, 5, kind, 0);
+      const std::vector<uint8_t> p = RefPolyfitPayload(s, lens, 5, kind);
+      int64_t start = 0, coef = 0;
+      const uint8_t* coefs = p.data() + 24 + 4 * lens.size();
+      for (int64_t len : lens) {
+        const int deg = dv::polyfit::SegmentDegree(5, len);
+        float c[16];
+        for (int j = 0; j <= deg; ++j) c[j] = dv::GetF32(coefs + 4 * (coef + j));
+        for (int64_t j = 0; j < len; ++j) {
+          const double d = dv::polyfit::ChebEval(c, deg, dv::polyfit::Abscissa(j, len));
+          if (std::fabs(d - s.y[start + j]) > 1e-5) return false;
+        }
+        start += len;
+        coef += deg + 1;
+      }
+    }
   }
   for (uint32_t h = 0; h < 65536; ++h) {
     const float f = dv::halfcast::Fp16ToFloat(static_cast<uint16_t>(h));
@@ -477,6 +765,31 @@ int main() {
   }
   std::printf("dexp: %lld of %lld values bit-identical to the host (the rest within 1 ulp)\n",
               static_cast<long long>(exact), static_cast<long long>(total));
+  report("sort: first non-finite value", [&] { RunSortNonFinite(stream); });
+  for (int64_t k : {0, 1, 7, 1000, 250000}) {
+    for (uint8_t seg_kind : {dv::polyfit::kSegGreedy, dv::polyfit::kSegGeometric}) {
+      for (int degree : {0, 1, 5}) {
+        for (int64_t segments : {0, 40}) {
+          const bool perm64 = (k + degree) % 2 == 0;
+          report("polyfit encode K=" + std::to_string(k) + " " +
+                     (seg_kind == dv::polyfit::kSegGreedy ? "greedy" : "geometric") +
+                     " degree=" + std::to_string(degree) + " segments=" +
+                     std::to_string(segments) + (perm64 ? " int64" : " int32"),
+                 [&] { RunPolyfitEncode(k, degree, seg_kind, segments, perm64, stream); });
+        }
+      }
+    }
+  }
+  int64_t dexp_exact = 0, dexp_runs = 0;
+  for (int64_t k : {0, 1, 7, 1000, 250000}) {
+    for (bool perm64 : {false, true}) {
+      report("dexp encode K=" + std::to_string(k) + (perm64 ? " int64" : " int32"),
+             [&] { RunDexpEncode(k, perm64, stream, &dexp_exact); });
+      ++dexp_runs;
+    }
+  }
+  std::printf("dexp encode: %lld of %lld payloads byte-identical to the host\n",
+              static_cast<long long>(dexp_exact), static_cast<long long>(dexp_runs));
   cudaStreamDestroy(stream);
   std::printf("%d passed, %d failed\n", passed, failed);
   return failed == 0 ? 0 : 1;
