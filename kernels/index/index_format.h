@@ -39,6 +39,11 @@ constexpr uint8_t kFormatVersion = 1;
 constexpr uint64_t kMaxUniverse = (uint64_t{1} << 63) - 1;
 constexpr uint64_t kMaxInt32Universe = uint64_t{1} << 31;
 
+// The shared varint helpers, also under this namespace's names.
+using ::deepreduce::kMaxVarintBytes;
+using ::deepreduce::PutVarint;
+using ::deepreduce::VarintSize;
+
 // True if [*p, end) starts with a valid varint (kernels/common/varint.h);
 // advances *p past it.
 DR_HOST_DEVICE bool GetVarint(const uint8_t** p, const uint8_t* end, uint64_t* v) {
