@@ -1,0 +1,403 @@
+"""The flags of deepreduce-bench, and the checks that run before any work.
+
+Names follow tf_cnn_benchmarks where it has the concept (--model,
+--batch_size, --num_batches, --num_epochs, --data_name, --data_dir,
+--optimizer, --init_learning_rate, --variable_update, --num_gpus,
+--worker_hosts, --task_index, --train_dir, --eval, --num_warmup_batches,
+--display_every); DeepReduce's own flags carry the keys of its parameter
+dictionary (--compressor, --compress_ratio, --memory, --communicator,
+--deepreduce, --index, --value, --fpr, --policy, ...).
+
+define_flags() registers them (once per FlagValues); resolve() turns parsed
+flags into a RunConfig and the from_params() dict, raising ConfigError with a
+message that names the flag and the valid choices. resolve() builds one
+Compressor with from_params() to reject inconsistent combinations, but never
+builds a model or touches data beyond checking that requested real data exist.
+This module imports TensorFlow only inside resolve(), through deepreduce_tf.
+"""
+import collections
+import os
+
+from absl import flags
+
+MODELS = ("resnet20", "resnet50", "ncf")
+MODEL_ALIASES = {"neumf": "ncf"}
+DATA_NAMES = ("synthetic", "fashion_mnist", "movielens")
+OPTIMIZERS = ("sgd", "momentum", "adam", "rmsprop")
+VARIABLE_UPDATES = ("replicated", "collective_all_reduce")
+# Per-model defaults: (per-replica batch size, optimizer, learning rate).
+MODEL_DEFAULTS = {
+    "resnet20": (32, "momentum", 0.05),
+    "resnet50": (16, "momentum", 0.05),
+    "ncf": (256, "adam", 0.001),
+}
+IMAGE_DATA = ("synthetic", "fashion_mnist")
+NCF_DATA = ("synthetic", "movielens")
+FETCH_COMMAND = "deepreduce-bench --fetch_data"
+# The flags that configure compression, in the order of the params dict.
+PARAM_FLAGS = ("compressor", "compress_ratio", "threshold", "memory", "communicator",
+               "deepreduce", "index", "value", "fpr", "policy", "bits", "bucket_size",
+               "poly_degree", "min_size", "seed")
+
+
+class ConfigError(ValueError):
+    """A flag value, or a combination of them, that cannot run."""
+
+
+RunConfig = collections.namedtuple("RunConfig", [
+    "model", "data_name", "data_dir", "batch_size", "num_batches", "num_epochs",
+    "num_warmup_batches", "optimizer", "init_learning_rate", "momentum", "weight_decay",
+    "image_size", "variable_update", "num_gpus", "num_workers", "worker_hosts", "task_index",
+    "train_dir", "output_json", "eval", "num_eval_examples", "display_every", "seed",
+    "codec_repeats", "worker_timeout", "plot", "plot_compare", "params", "flags"])
+RunConfig.__doc__ = """Everything a run needs, resolved from the flags.
+
+model, data_name: canonical names; batch_size: per replica; num_batches:
+timed steps (after num_warmup_batches); worker_hosts: list of "host:port"
+(empty: one process); params: the from_params dict; flags: {name: value} of
+every deepreduce-bench flag, for the JSON record."""
+
+
+def define_flags(flag_values=flags.FLAGS):
+    """Registers the deepreduce-bench flags in `flag_values` (idempotent)."""
+    if "deepreduce" in flag_values:
+        return
+    fv = flag_values
+    # --- tf_cnn_benchmarks vocabulary
+    flags.DEFINE_string("model", "resnet20",
+                        f"Model to train: {', '.join(MODELS)} (neumf is accepted for ncf). "
+                        "resnet20: CIFAR-style ResNet-20; resnet50: ImageNet-style ResNet-50 "
+                        "v1.5 (at --image_size); ncf: NeuMF.", flag_values=fv)
+    flags.DEFINE_integer("batch_size", None,
+                         "Batch size per replica (per compute device, as in tf_cnn_benchmarks); "
+                         "the global batch is batch_size * replicas. Default: resnet20 32, "
+                         "resnet50 16, ncf 256.", flag_values=fv)
+    flags.DEFINE_integer("num_batches", None,
+                         "Number of timed training steps (after the warm-up). Default 100 "
+                         "unless --num_epochs is given; not both.", flag_values=fv)
+    flags.DEFINE_float("num_epochs", None,
+                       "Train this many passes over the training data instead of "
+                       "--num_batches (steps = ceil(epochs * examples / global batch)).",
+                       flag_values=fv)
+    flags.DEFINE_integer("num_warmup_batches", 2,
+                         "Steps run (and trained) before timing starts; the first one traces "
+                         "the graph.", flag_values=fv)
+    flags.DEFINE_string("data_name", None,
+                        f"Dataset: {', '.join(DATA_NAMES)}. Default: synthetic without "
+                        "--data_dir (as tf_cnn_benchmarks), else fashion_mnist for the image "
+                        "models and movielens for ncf. Real data is never replaced by "
+                        f"synthetic data; fetch it with `{FETCH_COMMAND}`.", flag_values=fv)
+    flags.DEFINE_string("data_dir", None,
+                        "fashion_mnist: directory of the IDX files (default "
+                        "$DEEPREDUCE_TF_FASHION_MNIST, then /usr/share/datasets/fashion-mnist); "
+                        "movielens: cache root of --fetch_data (default $DEEPREDUCE_TF_DATA, then "
+                        "~/.cache/deepreduce_tf).", flag_values=fv)
+    flags.DEFINE_integer("image_size", 32,
+                         "Image side of the image models (Fashion-MNIST 28x28 is padded, and "
+                         "upsampled by an integer factor first when size >= 56). 224 is "
+                         "ImageNet's (slow on a CPU).", flag_values=fv)
+    flags.DEFINE_string("optimizer", None,
+                        f"Optimizer: {', '.join(OPTIMIZERS)} (momentum: SGD with --momentum). "
+                        "Default: momentum for the ResNets, adam for ncf.", flag_values=fv)
+    flags.DEFINE_float("init_learning_rate", None,
+                       "Learning rate (constant). Default: 0.05 for the ResNets, 0.001 for ncf.",
+                       flag_values=fv)
+    flags.DEFINE_float("momentum", 0.9, "Momentum of --optimizer=momentum.", flag_values=fv)
+    flags.DEFINE_float("weight_decay", 0.0,
+                       "L2 penalty wd * sum(w^2) on the kernels (the models' weight_decay).",
+                       flag_values=fv)
+    flags.DEFINE_string("variable_update", None,
+                        f"{' | '.join(VARIABLE_UPDATES)}: MirroredStrategy over --num_gpus local "
+                        "devices in one process, or MultiWorkerMirroredStrategy across worker "
+                        "processes. Default: replicated in one process, collective_all_reduce "
+                        "with --num_workers > 1 or --worker_hosts.", flag_values=fv)
+    flags.DEFINE_integer("num_gpus", None,
+                         "Replicas per process. Without GPUs, replicated mode makes this many "
+                         "logical CPU devices (one replica each; default 2); "
+                         "collective_all_reduce on CPUs runs one replica per worker (default "
+                         "1).", flag_values=fv)
+    flags.DEFINE_list("worker_hosts", [],
+                      "Comma-separated host:port of every worker of a real cluster (sets "
+                      "TF_CONFIG); use with --task_index.", flag_values=fv)
+    flags.DEFINE_integer("task_index", 0, "Index of this process in --worker_hosts.",
+                         flag_values=fv)
+    flags.DEFINE_string("train_dir", None,
+                        "Directory for results.json (unless --output_json), worker logs and "
+                        "TensorBoard byte summaries.", flag_values=fv)
+    flags.DEFINE_bool("eval", False,
+                      "Evaluate on the test split after training: top-1 accuracy (images), "
+                      "HR@10 and NDCG@10 (ncf).", flag_values=fv)
+    flags.DEFINE_integer("num_eval_examples", 2000,
+                         "Test images evaluated by --eval (0: the whole split). ncf always "
+                         "evaluates every user.", flag_values=fv)
+    flags.DEFINE_integer("display_every", 10,
+                         "Record a history point (loss, accuracy, bytes, time) every N steps.",
+                         flag_values=fv)
+    # --- DeepReduce
+    flags.DEFINE_string("compressor", "topk",
+                        "Sparsifier: topk | randomk | threshold | none (GRACE's 'compressor').",
+                        flag_values=fv)
+    flags.DEFINE_float("compress_ratio", 0.01,
+                       "Fraction of elements kept by topk / randomk, in (0, 1].", flag_values=fv)
+    flags.DEFINE_float("threshold", None, "Magnitude threshold of --compressor=threshold.",
+                       flag_values=fv)
+    flags.DEFINE_string("memory", None,
+                        "Error feedback: none | residual (default residual with a sparsifier).",
+                        flag_values=fv)
+    flags.DEFINE_string("communicator", "allgather", "allgather | allreduce.", flag_values=fv)
+    flags.DEFINE_string("deepreduce", "both",
+                        "What DeepReduce compresses: none | index | value | both. Default both, "
+                        "or none when --compressor=none.", flag_values=fv)
+    flags.DEFINE_string("index", "bloom",
+                        "Index codec (with --deepreduce=index/both): bloom | golomb | rle | "
+                        "bitmap | int32 | raw.", flag_values=fv)
+    flags.DEFINE_string("value", "polyfit",
+                        "Value codec (with --deepreduce=value/both): polyfit | dexp | qsgd | "
+                        "fp16 | bf16 | deflate | raw.", flag_values=fv)
+    flags.DEFINE_float("fpr", None, "Bloom filter false-positive rate in (0, 1) (default 0.001).",
+                       flag_values=fv)
+    flags.DEFINE_string("policy", "conflict_sets",
+                        "Bloom false-positive policy: p0 | leftmost | random | conflict_sets.",
+                        flag_values=fv)
+    flags.DEFINE_integer("bits", None, "QSGD bits per value, 1..8 (--value=qsgd; default "
+                         "127 levels).", flag_values=fv)
+    flags.DEFINE_integer("bucket_size", None, "QSGD bucket size (default 512).", flag_values=fv)
+    flags.DEFINE_integer("poly_degree", None, "polyfit degree 0..15 (default 5).",
+                         flag_values=fv)
+    flags.DEFINE_integer("min_size", None,
+                         "Tensors with fewer elements travel dense (default 1024).",
+                         flag_values=fv)
+    flags.DEFINE_integer("seed", 0, "Seed of the data, the model and the compressor.",
+                         flag_values=fv)
+    # --- this command
+    flags.DEFINE_integer("num_workers", 1,
+                         "Launch this many local worker processes on 127.0.0.1 (free ports, "
+                         "TF_CONFIG) for a one-machine multi-worker trial; task 0 writes the "
+                         "results.", flag_values=fv)
+    flags.DEFINE_integer("worker_timeout", 1800,
+                         "Seconds the --num_workers launcher waits for its workers before "
+                         "killing them.", flag_values=fv)
+    flags.DEFINE_string("output_json", None,
+                        "Results file (default <train_dir>/results.json, else "
+                        "./deepreduce_bench_results.json).", flag_values=fv)
+    flags.DEFINE_integer("codec_repeats", 3,
+                         "Timed repeats of the codec-only measurement after training "
+                         "(compress_ms, decompress_ms); 0 skips it.", flag_values=fv)
+    flags.DEFINE_string("plot", None,
+                        "Also draw a PNG at this path: accuracy against bytes sent and against "
+                        "time, for this run and --plot_compare (needs matplotlib).",
+                        flag_values=fv)
+    flags.DEFINE_list("plot_compare", [], "Results JSON files of earlier runs for --plot.",
+                      flag_values=fv)
+    flags.DEFINE_bool("fetch_data", False,
+                      "Fetch MovieLens-100K into the cache (from the recbole wheel on PyPI) and "
+                      "report where Fashion-MNIST is (or how to install it); alone, does only "
+                      "that.", flag_values=fv)
+
+
+def _fail(message):
+    raise ConfigError(message)
+
+
+def _choice(flag, value, choices, aliases=None):
+    value = (aliases or {}).get(value, value)
+    if value not in choices:
+        _fail(f"--{flag}={value!r} is not valid; valid choices: {', '.join(choices)}")
+    return value
+
+
+def _present(fv, name):
+    return fv[name].present
+
+
+def flag_dict(fv=flags.FLAGS):
+    """{name: value} of every flag of this module (JSON-friendly)."""
+    out = {}
+    for name in sorted(_own_flag_names(fv)):
+        value = fv[name].value
+        out[name] = list(value) if isinstance(value, (list, tuple)) else value
+    return out
+
+
+def _own_flag_names(fv):
+    for module, fl in fv.flags_by_module_dict().items():
+        if module.endswith("deepreduce_tf.benchmark.flags") or module == __name__:
+            for f in fl:
+                yield f.name
+
+
+def serialize(fv, drop=()):
+    """Command-line arguments reproducing the explicitly given flags, minus `drop`."""
+    args = []
+    for name in sorted(_own_flag_names(fv)):
+        if name in drop or not fv[name].present:
+            continue
+        args.append(fv[name].serialize())
+    return args
+
+
+def compression_params(fv=flags.FLAGS):
+    """The from_params dict of the flags.
+
+    A key is included when it configures the chosen mode, or when its flag was
+    given explicitly (so from_params rejects e.g. --index=bloom with
+    --deepreduce=none instead of it being silently dropped).
+    """
+    compressor = fv.compressor
+    mode = fv.deepreduce
+    if compressor == "none" and not _present(fv, "deepreduce"):
+        mode = "none"
+    mode = None if mode in (None, "none", "None", "") else mode
+    p = {"compressor": compressor}
+    if compressor in ("topk", "randomk") or _present(fv, "compress_ratio"):
+        p["compress_ratio"] = fv.compress_ratio
+    if fv.threshold is not None:
+        p["threshold"] = fv.threshold
+    if fv.memory is not None:
+        p["memory"] = fv.memory
+    p["communicator"] = fv.communicator
+    p["deepreduce"] = mode
+    index_used = mode in ("index", "both")
+    if index_used or _present(fv, "index"):
+        p["index"] = fv.index
+    bloom = index_used and fv.index in ("bloom", "bloom_cpu")
+    if fv.fpr is not None:
+        p["fpr"] = fv.fpr
+    if bloom or _present(fv, "policy"):
+        p["policy"] = fv.policy
+    if mode in ("value", "both") or _present(fv, "value"):
+        p["value"] = fv.value
+    for key in ("bits", "bucket_size", "poly_degree", "min_size"):
+        if getattr(fv, key) is not None:
+            p[key] = getattr(fv, key)
+    p["seed"] = fv.seed
+    return p
+
+
+def _check_positive(fv, name, allow_none=True, allow_zero=False):
+    value = fv[name].value
+    if value is None and allow_none:
+        return
+    if value is None or value < 0 or (value == 0 and not allow_zero):
+        _fail(f"--{name}={value} must be {'>= 0' if allow_zero else 'positive'}")
+
+
+def resolve(fv=flags.FLAGS):
+    """Checks the parsed flags and returns a RunConfig.
+
+    Raises:
+      ConfigError: a bad value or combination; the message names the flag and
+        the valid choices (from_params' own message for compression keys).
+    """
+    model = _choice("model", fv.model, MODELS, MODEL_ALIASES)
+    for name in ("batch_size", "num_batches", "num_gpus", "num_workers", "display_every",
+                 "worker_timeout", "image_size"):
+        _check_positive(fv, name)
+    for name in ("num_warmup_batches", "num_eval_examples", "codec_repeats", "task_index"):
+        _check_positive(fv, name, allow_zero=True)
+    if fv.num_epochs is not None and not fv.num_epochs > 0:
+        _fail(f"--num_epochs={fv.num_epochs} must be positive")
+    if fv.num_epochs is not None and fv.num_batches is not None:
+        _fail("give --num_batches or --num_epochs, not both")
+    if fv.init_learning_rate is not None and not fv.init_learning_rate > 0:
+        _fail(f"--init_learning_rate={fv.init_learning_rate} must be positive")
+    if not 0 <= fv.momentum < 1:
+        _fail(f"--momentum={fv.momentum} must be in [0, 1)")
+    if fv.weight_decay < 0:
+        _fail(f"--weight_decay={fv.weight_decay} must be >= 0")
+    if not 0 < fv.compress_ratio <= 1:
+        _fail(f"--compress_ratio={fv.compress_ratio} must be in (0, 1]")
+    if fv.fpr is not None and not 0 < fv.fpr < 1:
+        _fail(f"--fpr={fv.fpr} must be in (0, 1)")
+    if model != "ncf" and fv.image_size < 32:
+        _fail(f"--image_size={fv.image_size}: the ResNets need at least 32")
+
+    data_name = fv.data_name
+    if data_name is None:
+        data_name = "synthetic" if fv.data_dir is None else (
+            "movielens" if model == "ncf" else "fashion_mnist")
+    data_name = _choice("data_name", data_name, DATA_NAMES,
+                        {"fashion-mnist": "fashion_mnist", "ml-100k": "movielens"})
+    valid_data = NCF_DATA if model == "ncf" else IMAGE_DATA
+    if data_name not in valid_data:
+        _fail(f"--data_name={data_name} does not fit --model={model}; valid choices: "
+              f"{', '.join(valid_data)}")
+
+    # Cluster layout.
+    if fv.num_workers > 1 and fv.worker_hosts:
+        _fail("--num_workers launches local workers; --worker_hosts describes a real "
+              "cluster: give one of them")
+    hosts = list(fv.worker_hosts)
+    for h in hosts:
+        host, _, port = h.rpartition(":")
+        if not host or not port.isdigit():
+            _fail(f"--worker_hosts: {h!r} is not host:port")
+    if hosts and fv.task_index >= len(hosts):
+        _fail(f"--task_index={fv.task_index} is out of range for {len(hosts)} --worker_hosts")
+    multi = fv.num_workers > 1 or len(hosts) > 1
+    update = fv.variable_update or ("collective_all_reduce" if multi else "replicated")
+    update = _choice("variable_update", update, VARIABLE_UPDATES)
+    if multi and update == "replicated":
+        _fail("--variable_update=replicated runs in one process; several workers need "
+              "--variable_update=collective_all_reduce")
+    num_gpus = fv.num_gpus or (2 if update == "replicated" else 1)
+    _choice("optimizer", fv.optimizer or MODEL_DEFAULTS[model][1], OPTIMIZERS)
+
+    # Compression: from_params is the authority on keys, values and combinations.
+    params = compression_params(fv)
+    import warnings
+
+    import deepreduce_tf
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            deepreduce_tf.from_params(dict(params))
+    except (ValueError, TypeError) as e:
+        raise ConfigError(f"compression flags {params}: {e}") from e
+
+    # Real data must exist before any work starts.
+    check_data(model, data_name, fv.data_dir)
+
+    batch, optimizer, lr = MODEL_DEFAULTS[model]
+    num_batches = fv.num_batches
+    if num_batches is None and fv.num_epochs is None:
+        num_batches = 100
+    output_json = fv.output_json
+    if output_json is None:
+        output_json = (os.path.join(fv.train_dir, "results.json") if fv.train_dir
+                       else "deepreduce_bench_results.json")
+    return RunConfig(
+        model=model, data_name=data_name, data_dir=fv.data_dir,
+        batch_size=fv.batch_size or batch, num_batches=num_batches, num_epochs=fv.num_epochs,
+        num_warmup_batches=fv.num_warmup_batches, optimizer=fv.optimizer or optimizer,
+        init_learning_rate=fv.init_learning_rate or lr, momentum=fv.momentum,
+        weight_decay=fv.weight_decay, image_size=fv.image_size, variable_update=update,
+        num_gpus=num_gpus, num_workers=fv.num_workers, worker_hosts=hosts,
+        task_index=fv.task_index, train_dir=fv.train_dir, output_json=output_json,
+        eval=fv.eval, num_eval_examples=fv.num_eval_examples, display_every=fv.display_every,
+        seed=fv.seed, codec_repeats=fv.codec_repeats, worker_timeout=fv.worker_timeout,
+        plot=fv.plot, plot_compare=list(fv.plot_compare), params=params, flags=flag_dict(fv))
+
+
+def check_data(model, data_name, data_dir):
+    """Raises ConfigError naming the fetch command if requested real data is absent."""
+    if data_name == "fashion_mnist":
+        from deepreduce_tf import data
+
+        if data.find_fashion_mnist(data_dir) is None:
+            searched = ", ".join(data.candidate_dirs(data_dir))
+            _fail(f"--data_name=fashion_mnist: the IDX files are not in {searched}. Install "
+                  f"them with `{data.INSTALL_HINT}` (or set ${data.ENV_VAR}); "
+                  f"`{FETCH_COMMAND}` reports where they are expected. Use "
+                  "--data_name=synthetic for synthetic images.")
+    elif data_name == "movielens":
+        from deepreduce_tf import movielens
+
+        path = movielens.cached_path(data_dir)
+        if not os.path.exists(path):
+            dd = f" --data_dir={data_dir}" if data_dir else ""
+            _fail(f"--data_name=movielens: {path} does not exist. Fetch it with "
+                  f"`{FETCH_COMMAND}{dd}` (downloads the {movielens.WHEEL_REQUIREMENT} wheel "
+                  "from PyPI and keeps only ml-100k.inter). Use --data_name=synthetic for "
+                  "synthetic interactions.")

@@ -1,0 +1,436 @@
+"""Runs one deepreduce-bench configuration: strategy, training loop, measurements.
+
+    results = run(config)                     # in this process (one worker)
+    returncode = launch_local_workers(config, argv)   # --num_workers=N
+
+The gradients of every step go through deepreduce_tf.distribute: a
+MirroredStrategy over --num_gpus local devices whose cross-device ops are
+DeepReduceCrossDeviceOps (variable_update=replicated), or a
+MultiWorkerMirroredStrategy whose collective ops are DeepReduce's
+(collective_all_reduce). The uncompressed baseline (compressor none) goes
+through the same ops, so bytes are counted the same way for every run.
+
+Training is a custom loop (tf.function around strategy.run): the loss is
+averaged over the global batch and Keras 3's optimizer.apply_gradients
+all-reduces the gradients (a SUM) through the strategy. Per-step wall time
+is measured after --num_warmup_batches steps, synchronised by reading the
+step's loss. Bytes come from the ops' own counters: the mean over the timed
+steps of the per-replica payload bytes (sent) and uncompressed gradient bytes
+(dense).
+
+Codec time is measured apart from training, after it: a fresh Compressor of
+the same parameters compresses random normal tensors of the model's
+trainable-variable shapes with compress_batch() in one tf.function, and
+decodes as many payloads as there are replicas with decompress_batch() in
+another; the medians of --codec_repeats calls are compress_ms and
+decompress_ms.
+"""
+import json
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+from deepreduce_tf.benchmark import report
+
+# Children re-enter the command without the current directory on sys.path, so a
+# repository checkout in the cwd does not shadow the installed package.
+CHILD_BOOTSTRAP = ("import sys; sys.path.pop(0); "
+                   "from deepreduce_tf.benchmark.cli import main; main()")
+
+
+class WorkerError(RuntimeError):
+    """A local worker process failed or timed out (the message holds its log tail)."""
+
+
+# ---------------------------------------------------------------------------
+# Devices and strategies
+
+def tf_config_for(hosts, task_index):
+    """The TF_CONFIG of worker `task_index` of a cluster of `hosts`."""
+    return json.dumps({"cluster": {"worker": list(hosts)},
+                       "task": {"type": "worker", "index": int(task_index)}})
+
+
+def make_strategy(config):
+    """The strategy of config.variable_update (call before any other TF work).
+
+    replicated: MirroredStrategy over num_gpus GPUs, or, without GPUs, over
+    num_gpus logical CPU devices carved out of the one physical CPU.
+    collective_all_reduce: MultiWorkerMirroredStrategy (TF_CONFIG from
+    --worker_hosts/--task_index unless already set).
+
+    Raises:
+      RuntimeError: the requested devices do not exist.
+    """
+    import tensorflow as tf
+
+    from deepreduce_tf import distribute as drd
+
+    params = dict(config.params)
+    gpus = tf.config.list_physical_devices("GPU")
+    if config.variable_update == "replicated":
+        if gpus:
+            if len(gpus) < config.num_gpus:
+                raise RuntimeError(f"--num_gpus={config.num_gpus} but only {len(gpus)} GPU(s) "
+                                   "are visible")
+            devices = [f"/gpu:{i}" for i in range(config.num_gpus)]
+        else:
+            cpus = tf.config.list_physical_devices("CPU")
+            tf.config.set_logical_device_configuration(
+                cpus[0], [tf.config.LogicalDeviceConfiguration()] * config.num_gpus)
+            devices = [f"/cpu:{i}" for i in range(config.num_gpus)]
+        ops = drd.DeepReduceCrossDeviceOps(params)
+        return tf.distribute.MirroredStrategy(devices, cross_device_ops=ops)
+    if config.worker_hosts and "TF_CONFIG" not in os.environ:
+        os.environ["TF_CONFIG"] = tf_config_for(config.worker_hosts, config.task_index)
+    if not gpus and config.num_gpus != 1:
+        raise RuntimeError(f"--num_gpus={config.num_gpus} with collective_all_reduce needs "
+                           "GPUs; on CPUs every worker runs one replica (--num_gpus=1)")
+    if gpus:
+        tf.config.set_visible_devices(gpus[:config.num_gpus], "GPU")
+    return drd.multi_worker_strategy(params)
+
+
+def make_optimizer(config):
+    """The Keras 3 optimizer of --optimizer at --init_learning_rate (constant)."""
+    import keras
+
+    lr = config.init_learning_rate
+    if config.optimizer == "sgd":
+        return keras.optimizers.SGD(lr)
+    if config.optimizer == "momentum":
+        return keras.optimizers.SGD(lr, momentum=config.momentum)
+    if config.optimizer == "adam":
+        return keras.optimizers.Adam(lr)
+    return keras.optimizers.RMSprop(lr)
+
+
+def is_chief(strategy):
+    """True in the process that reports (task 0, or the only process)."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or not resolver.cluster_spec().as_dict():
+        return True
+    return resolver.task_type in (None, "chief") or (
+        resolver.task_type == "worker" and resolver.task_id == 0)
+
+
+# ---------------------------------------------------------------------------
+# Codec timing
+
+def time_codecs(params, variables, num_payloads, repeats, seed=0):
+    """Codec-only cost of one step: (compress_ms, decompress_ms, payload_bytes).
+
+    A fresh Compressor (from_params(params)) compresses random normal tensors
+    of the variables' shapes and dtypes in one payload (compress_batch), and
+    decodes `num_payloads` copies of it (decompress_batch) - what one replica
+    does per step. Medians of `repeats` calls after one tracing call.
+    """
+    import numpy as np
+    import tensorflow as tf
+
+    import deepreduce_tf
+
+    compressor = deepreduce_tf.from_params(dict(params))
+    rng = np.random.default_rng(seed)
+    grads = [tf.constant(rng.standard_normal(tuple(v.shape)).astype(tf.as_dtype(v.dtype)
+                                                                    .as_numpy_dtype))
+             for v in variables]
+    names = [_var_name(v) for v in variables]
+    payload, ctxs = compressor.compress_batch(grads, names)
+    payload_bytes = int(payload.shape[0]) * payload.dtype.size
+
+    encode = tf.function(lambda: compressor.compress_batch(grads, names)[0])
+    decode = tf.function(lambda p: [compressor.decompress_batch(p, ctxs)
+                                    for _ in range(num_payloads)])
+
+    def timed(fn, *args):
+        fn(*args)  # trace
+        times = []
+        for _ in range(max(repeats, 1)):
+            t0 = time.perf_counter()
+            out = fn(*args)
+            tf.nest.map_structure(lambda t: t.numpy(), out)
+            times.append(time.perf_counter() - t0)
+        return 1000.0 * float(np.median(times))
+
+    return timed(encode), timed(decode, payload), payload_bytes
+
+
+def _var_name(v):
+    return getattr(v, "path", None) or v.name
+
+
+# ---------------------------------------------------------------------------
+# One process
+
+def run(config, stream=sys.stderr):
+    """Trains config in this process (one worker) and returns the results dict.
+
+    Only the chief writes the JSON and prints; other workers return None.
+    """
+    import numpy as np
+    import tensorflow as tf
+
+    import deepreduce_tf
+    from deepreduce_tf import distribute as drd
+    from deepreduce_tf.benchmark import workloads
+
+    strategy = make_strategy(config)
+    chief = is_chief(strategy)
+    ops = drd.get_ops(strategy)
+    log = stream if chief else None
+    tf.keras.utils.set_random_seed(config.seed)
+
+    workload = workloads.make_workload(config)
+    replicas = strategy.num_replicas_in_sync
+    global_batch = config.batch_size * replicas
+    if config.num_batches is not None:
+        timed_steps = config.num_batches
+    else:
+        timed_steps = max(1, math.ceil(config.num_epochs * workload.num_train_examples /
+                                       global_batch))
+    total_steps = config.num_warmup_batches + timed_steps
+    dist_ds = strategy.distribute_datasets_from_function(
+        lambda ctx: workload.train_dataset(ctx, global_batch, total_steps))
+
+    with strategy.scope():
+        model = workload.build_model()
+        optimizer = make_optimizer(config)
+    variables = model.trainable_variables
+
+    def step_fn(inputs):
+        x, y = inputs
+        with tf.GradientTape() as tape:
+            outputs = model(x, training=True)
+            per_example = workload.loss(y, outputs)
+            loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
+            if model.losses:
+                loss += tf.nn.scale_regularization_loss(tf.add_n(model.losses))
+        grads = tape.gradient(loss, variables)
+        optimizer.apply_gradients(zip(grads, variables))
+        return tf.reduce_mean(per_example), tf.reduce_mean(workload.correct(y, outputs))
+
+    @tf.function
+    def train_step(iterator):
+        return strategy.run(step_fn, args=(next(iterator),))
+
+    def local_mean(per_replica):
+        # Averaged over this process's replicas only: strategy.reduce would add
+        # a cross-worker collective (and traffic) to every step.
+        return float(np.mean([t.numpy() for t in strategy.experimental_local_results(
+            per_replica)]))
+
+    iterator = iter(dist_ds)
+    bar = report.ProgressBar(total_steps, stream=log)
+    history, step_times = [], []
+    losses, accs = [], []
+    base = None
+    train_time = 0.0
+    for step in range(total_steps):
+        t0 = time.perf_counter()
+        loss, acc = train_step(iterator)
+        loss, acc = local_mean(loss), local_mean(acc)
+        dt = time.perf_counter() - t0
+        train_time += dt
+        if not math.isfinite(loss):
+            raise FloatingPointError(f"step {step}: loss is {loss}; lower "
+                                     "--init_learning_rate or check the configuration")
+        totals = ops.totals()
+        if step + 1 == config.num_warmup_batches:
+            base = totals
+        if step >= config.num_warmup_batches:
+            step_times.append(dt)
+        losses.append(loss)
+        accs.append(acc)
+        if (step + 1) % config.display_every == 0 or step + 1 == total_steps:
+            history.append({"step": step + 1, "time_s": round(train_time, 4),
+                            "sent_bytes": int(totals["sent_bytes"]),
+                            "dense_bytes": int(totals["dense_bytes"]),
+                            "loss": float(np.mean(losses[-config.display_every:])),
+                            "accuracy": float(np.mean(accs[-config.display_every:]))})
+        sb = ops.step_bytes()
+        bar.update(step + 1, loss=loss, acc=acc,
+                   red=round(sb["dense_bytes"] / max(sb["sent_bytes"], 1), 1))
+
+    end = ops.totals()
+    base = base or {"dense_bytes": 0, "sent_bytes": 0, "steps": 0}
+    counted = max(timed_steps, 1)
+    sent = (end["sent_bytes"] - base["sent_bytes"]) / counted
+    dense = (end["dense_bytes"] - base["dense_bytes"]) / counted
+    step_time = float(np.mean(step_times)) if step_times else float("nan")
+    window = max(1, min(config.display_every, len(losses)))
+
+    eval_results = None
+    if config.eval and chief:
+        if log:
+            print("evaluating on the test split ...", file=log, flush=True)
+        eval_results = workload.evaluate(model)
+
+    compress_ms = decompress_ms = codec_bytes = None
+    if config.codec_repeats and chief:
+        compress_ms, decompress_ms, codec_bytes = time_codecs(
+            config.params, variables, replicas, config.codec_repeats, seed=config.seed)
+
+    if not chief:
+        return None
+    metrics = dict.fromkeys(report.METRIC_KEYS)
+    metrics.update({
+        "examples_per_sec": global_batch / step_time if step_times else None,
+        "step_time_ms": 1000.0 * step_time if step_times else None,
+        "dense_bytes_per_step": dense, "sent_bytes_per_step": sent,
+        "reduction": dense / sent if sent else None,
+        "compress_ms": compress_ms, "decompress_ms": decompress_ms,
+        "codec_payload_bytes": codec_bytes,
+        "final_loss": float(np.mean(losses[-window:])),
+        "train_accuracy": float(np.mean(accs[-window:])),
+        "total_sent_bytes": int(end["sent_bytes"]), "total_dense_bytes": int(end["dense_bytes"]),
+        "train_time_s": train_time, "timed_steps": timed_steps,
+    })
+    if eval_results:
+        for key in ("accuracy", "hit_rate", "ndcg"):
+            if key in eval_results:
+                metrics[key] = eval_results[key]
+    cfg = config._asdict()
+    cfg.pop("flags")
+    workers = len(config.worker_hosts) or 1
+    results = {
+        "schema_version": report.SCHEMA_VERSION,
+        "command": "deepreduce-bench",
+        "model_metric": workload.metric,
+        "data_source": workload.source,
+        "config": dict(cfg, flags=config.flags, global_batch_size=global_batch,
+                       total_steps=total_steps),
+        "metrics": metrics,
+        "last_step_bytes": ops.step_bytes(),
+        "eval": eval_results,
+        "history": history,
+        "environment": {
+            "tensorflow": tf.__version__, "deepreduce_tf": deepreduce_tf.__version__,
+            "replicas": replicas, "workers": workers,
+            "replicas_per_worker": replicas // workers,
+            "strategy": type(strategy).__name__,
+            "devices": list(getattr(strategy.extended, "worker_devices", ())),
+            "cpu_count": os.cpu_count(), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        },
+        "notes": {
+            "bytes": "per replica and per step, mean over the timed steps, from the "
+                     "DeepReduce cross-device ops' counters",
+            "codec_time": "codec only, after training: a fresh compressor on random "
+                          "tensors of the model's variable shapes; decompress decodes one "
+                          "payload per replica",
+            "final_loss": f"mean training loss of the last {window} steps (this worker)",
+        },
+    }
+    return results
+
+
+# ---------------------------------------------------------------------------
+# Local multi-worker trial
+
+def free_ports(count):
+    """`count` distinct free TCP ports on 127.0.0.1."""
+    socks, ports = [], []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+            ports.append(s.getsockname()[1])
+    finally:
+        for s in socks:
+            s.close()
+    return ports
+
+
+def _tail(path, lines=40):
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def _terminate(procs, grace=5.0):
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for p in procs:
+        try:
+            p.wait(timeout=max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def launch_local_workers(config, child_args, stream=sys.stderr):
+    """Runs config.num_workers worker processes on 127.0.0.1 and waits for them.
+
+    Each child runs this command with `child_args` plus --worker_hosts (free
+    ports), --task_index and --output_json. Task 0 (the chief) inherits this
+    process's stdout/stderr; the others log to files (kept in --train_dir, or
+    a temporary directory deleted on success). A failing worker stops the
+    others at once (collectives would wait for it forever); so do the
+    --worker_timeout and KeyboardInterrupt. Children are always reaped.
+
+    Returns:
+      0 on success.
+
+    Raises:
+      WorkerError: a worker failed or the timeout expired.
+    """
+    n = config.num_workers
+    hosts = [f"127.0.0.1:{p}" for p in free_ports(n)]
+    log_dir = config.train_dir or tempfile.mkdtemp(prefix="deepreduce-bench-workers-")
+    os.makedirs(log_dir, exist_ok=True)
+    env = dict(os.environ)
+    env.pop("TF_CONFIG", None)
+    procs, logs, files = [], [], []
+    if stream:
+        print(f"launching {n} local workers on {', '.join(hosts)} (logs of workers 1..{n - 1} "
+              f"in {log_dir})", file=stream, flush=True)
+    try:
+        for i in range(n):
+            args = list(child_args) + [f"--worker_hosts={','.join(hosts)}", f"--task_index={i}",
+                                       "--num_workers=1",
+                                       f"--output_json={os.path.abspath(config.output_json)}"]
+            if i == 0:
+                out = None
+                logs.append(None)
+            else:
+                path = os.path.join(log_dir, f"worker{i}.log")
+                out = open(path, "w")
+                files.append(out)
+                logs.append(path)
+            procs.append(subprocess.Popen(
+                [sys.executable, "-c", CHILD_BOOTSTRAP] + args, env=env,
+                stdout=out, stderr=subprocess.STDOUT if out else None))
+        deadline = time.monotonic() + config.worker_timeout
+        while True:
+            codes = [p.poll() for p in procs]
+            failed = [i for i, c in enumerate(codes) if c not in (None, 0)]
+            if failed:
+                i = failed[0]
+                detail = f"; its log ({logs[i]}):\n{_tail(logs[i])}" if logs[i] else ""
+                raise WorkerError(f"worker {i} exited with code {codes[i]}{detail}")
+            if all(c == 0 for c in codes):
+                break
+            if time.monotonic() > deadline:
+                raise WorkerError(f"workers still running after --worker_timeout="
+                                  f"{config.worker_timeout} s; killed them")
+            time.sleep(0.2)
+    finally:
+        _terminate(procs)
+        for f in files:
+            f.close()
+    if not config.train_dir:
+        for path in logs:
+            if path:
+                os.remove(path)
+        os.rmdir(log_dir)
+    return 0
