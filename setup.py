@@ -175,6 +175,14 @@ setup(
     extras_require={
         "cpu": ["tensorflow-cpu==2.21.*"],
         "gpu": ["tensorflow[and-cuda]==2.21.*"],
+        # deepreduce-plot / deepreduce-bench --plot
+        "plot": ["matplotlib==3.11.2"],
+    },
+    entry_points={
+        "console_scripts": [
+            "deepreduce-bench = deepreduce_tf.benchmark.cli:main",
+            "deepreduce-plot = deepreduce_tf.benchmark.cli:plot_main",
+        ],
     },
     zip_safe=False,
 )

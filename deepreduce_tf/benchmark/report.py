@@ -6,9 +6,11 @@ The results JSON (write_json) holds:
   "metrics"  METRIC_KEYS below (None where not measured, e.g. accuracy
              without --eval on ncf)
   "eval"     the evaluation settings and results (or null without --eval)
-  "history"  [{"step", "time_s", "sent_bytes", "dense_bytes", "loss",
-             "accuracy"}] every --display_every steps: cumulative training
-             time and per-replica bytes since the first step
+  "history"  [{"step", "time_s", "wall_s", "sent_bytes", "dense_bytes",
+             "loss", "accuracy"}] every --display_every steps: time_s sums the
+             timed steps (warm-up and tracing excluded), wall_s every step;
+             bytes are per replica, cumulative since the first step; loss and
+             accuracy are training means over the last display_every steps
   "environment"  TensorFlow / deepreduce_tf versions, replicas, workers, devices
 This module does not import TensorFlow (plot_main runs without it).
 """
@@ -208,15 +210,15 @@ def plot_runs(paths, out, title=None):
         xs_b = [h["sent_bytes"] / 2 ** 20 for h in hist]
         xs_t = [h["time_s"] for h in hist]
         ys = [h["accuracy"] for h in hist]
-        line, = ax_b.plot(xs_b, ys, label=label)
-        ax_t.plot(xs_t, ys, color=line.get_color(), label=label)
+        line, = ax_b.plot(xs_b, ys, ".-", label=label)
+        ax_t.plot(xs_t, ys, ".-", color=line.get_color(), label=label)
         metric = r.get("model_metric", "accuracy")
         final = r["metrics"].get(metric)
         if r.get("eval") and final is not None and hist:
             ax_b.plot([xs_b[-1]], [final], "*", color=line.get_color(), markersize=12)
             ax_t.plot([xs_t[-1]], [final], "*", color=line.get_color(), markersize=12)
     ax_b.set_xlabel("MiB sent per replica (cumulative)")
-    ax_t.set_xlabel("training time (s)")
+    ax_t.set_xlabel("training time (s, timed steps; warm-up excluded)")
     for ax in (ax_b, ax_t):
         ax.set_ylabel("training accuracy (lines), eval accuracy / HR@10 (stars)")
         ax.grid(True, alpha=0.3)

@@ -230,7 +230,7 @@ def run(config, stream=sys.stderr):
     history, step_times = [], []
     losses, accs = [], []
     base = None
-    train_time = 0.0
+    train_time = timed_time = 0.0
     for step in range(total_steps):
         t0 = time.perf_counter()
         loss, acc = train_step(iterator)
@@ -245,10 +245,12 @@ def run(config, stream=sys.stderr):
             base = totals
         if step >= config.num_warmup_batches:
             step_times.append(dt)
+            timed_time += dt
         losses.append(loss)
         accs.append(acc)
         if (step + 1) % config.display_every == 0 or step + 1 == total_steps:
-            history.append({"step": step + 1, "time_s": round(train_time, 4),
+            history.append({"step": step + 1, "time_s": round(timed_time, 4),
+                            "wall_s": round(train_time, 4),
                             "sent_bytes": int(totals["sent_bytes"]),
                             "dense_bytes": int(totals["dense_bytes"]),
                             "loss": float(np.mean(losses[-config.display_every:])),
