@@ -1,0 +1,198 @@
+"""deepreduce-bench end to end: flag validation, --helpfull, tiny runs, JSON, bytes.
+
+The runs are subprocesses started like the console script (the current
+directory is dropped from sys.path, so the installed package is used even
+from the repository root), on tiny settings: a few steps of batch 4-64 on
+synthetic data. Each has a bounded timeout; its whole process group (the
+local workers too) is killed if it expires.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from absl import flags as absl_flags
+
+import deepreduce_tf
+from deepreduce_tf import models
+from deepreduce_tf.benchmark import flags as bench_flags
+from deepreduce_tf.benchmark import report
+from deepreduce_tf.benchmark.runner import CHILD_BOOTSTRAP
+
+RUN_TIMEOUT = 600
+TINY = ["--num_batches=2", "--num_warmup_batches=1", "--codec_repeats=1", "--display_every=1"]
+# Top-k with raw indices and values: the payload size depends only on the shapes.
+DETERMINISTIC = ["--compressor=topk", "--compress_ratio=0.01", "--deepreduce=none"]
+
+
+def bench(args, cwd, timeout=RUN_TIMEOUT):
+    """Runs deepreduce-bench `args` in `cwd`; returns (returncode, stdout, stderr)."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    proc = subprocess.Popen([sys.executable, "-c", CHILD_BOOTSTRAP] + list(args), cwd=cwd,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"deepreduce-bench {args} did not finish in {timeout} s:\n{err[-3000:]}")
+    return proc.returncode, out, err
+
+
+def resolve(args):
+    fv = absl_flags.FlagValues()
+    bench_flags.define_flags(fv)
+    fv(["deepreduce-bench"] + list(args))
+    return bench_flags.resolve(fv)
+
+
+# ---------------------------------------------------------------------------
+# Validation (in process: no subprocess, no model)
+
+@pytest.mark.parametrize("args, message", [
+    (["--model=vgg16"], "--model='vgg16' is not valid; valid choices: resnet20, resnet50, ncf"),
+    (["--batch_size=-4"], "--batch_size=-4 must be positive"),
+    (["--num_batches=0"], "--num_batches=0 must be positive"),
+    (["--compress_ratio=0"], "--compress_ratio=0.0 must be in (0, 1]"),
+    (["--compress_ratio=1.5"], "--compress_ratio=1.5 must be in (0, 1]"),
+    (["--fpr=1.0"], "--fpr=1.0 must be in (0, 1)"),
+    (["--index=huffman"], "index='huffman' is not valid"),
+    (["--value=zip"], "value='zip' is not valid"),
+    (["--policy=p2"], "policy='p2' is not valid"),
+    (["--compressor=none", "--deepreduce=both"], "compressor 'none' sends every position"),
+    (["--deepreduce=none", "--index=bloom"], "index='bloom' needs deepreduce='index' or 'both'"),
+    (["--data_name=imagenet"], "--data_name='imagenet' is not valid"),
+    (["--model=ncf", "--data_name=fashion_mnist"], "does not fit --model=ncf"),
+    (["--num_workers=2", "--variable_update=replicated"], "several workers need"),
+    (["--num_workers=2", "--worker_hosts=a:1,b:2"], "give one of them"),
+    (["--worker_hosts=a:1,b:2", "--task_index=2"], "--task_index=2 is out of range"),
+    (["--worker_hosts=nohost"], "is not host:port"),
+    (["--num_batches=5", "--num_epochs=1"], "not both"),
+    (["--optimizer=lamb"], "--optimizer='lamb' is not valid"),
+])
+def test_bad_flags_rejected(args, message):
+    with pytest.raises(bench_flags.ConfigError) as e:
+        resolve(args)
+    assert message in str(e.value)
+
+
+def test_missing_real_data_names_fetch_command(tmp_path):
+    with pytest.raises(bench_flags.ConfigError, match="deepreduce-bench --fetch_data"):
+        resolve(["--model=ncf", "--data_name=movielens", f"--data_dir={tmp_path}"])
+    with pytest.raises(bench_flags.ConfigError, match="dataset-fashion-mnist"):
+        resolve(["--data_name=fashion_mnist", f"--data_dir={tmp_path}"])
+
+
+def test_defaults_are_the_readme_configuration():
+    config = resolve([])
+    assert (config.model, config.data_name, config.variable_update, config.num_gpus) == (
+        "resnet20", "synthetic", "replicated", 2)
+    assert config.params == {"compressor": "topk", "compress_ratio": 0.01,
+                             "communicator": "allgather", "deepreduce": "both",
+                             "index": "bloom", "policy": "conflict_sets", "value": "polyfit",
+                             "seed": 0}
+    baseline = resolve(["--compressor=none"])
+    assert baseline.params["deepreduce"] is None and "index" not in baseline.params
+    multi = resolve(["--num_workers=2"])
+    assert (multi.variable_update, multi.num_gpus) == ("collective_all_reduce", 1)
+    assert resolve(["--data_dir=/x", "--model=ncf", "--data_name=synthetic"]).data_name == (
+        "synthetic")
+
+
+def test_bad_flag_exits_before_any_work(tmp_path):
+    code, out, err = bench(["--index=huffman", "--output_json=r.json"], tmp_path, timeout=120)
+    assert code != 0
+    assert "index='huffman' is not valid; valid choices:" in err
+    assert "MirroredStrategy" not in err and "train [" not in err
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_helpfull_documents_the_flags(tmp_path):
+    code, out, err = bench(["--helpfull"], tmp_path, timeout=120)
+    assert code in (0, 1)  # absl's help flags exit with 1 after printing
+    text = out + err
+    for name in ("model", "batch_size", "num_batches", "num_epochs", "data_name", "data_dir",
+                 "optimizer", "init_learning_rate", "variable_update", "num_gpus",
+                 "worker_hosts", "task_index", "train_dir", "eval", "compressor",
+                 "compress_ratio", "memory", "communicator", "deepreduce", "index", "value",
+                 "fpr", "policy", "num_workers", "fetch_data", "output_json", "plot"):
+        assert f"--{name}:" in text or f"--[no]{name}:" in text, name
+
+
+# ---------------------------------------------------------------------------
+# End to end
+
+def _check_results(results, model, replicas, workers):
+    assert results["command"] == "deepreduce-bench"
+    for key in report.METRIC_KEYS:
+        assert key in results["metrics"], key
+    m = results["metrics"]
+    for key in ("examples_per_sec", "step_time_ms", "dense_bytes_per_step",
+                "sent_bytes_per_step", "reduction", "compress_ms", "decompress_ms",
+                "final_loss", "train_accuracy"):
+        assert m[key] is not None and np.isfinite(m[key]) and m[key] >= 0, key
+    assert m["timed_steps"] == 2
+    assert m["reduction"] == pytest.approx(m["dense_bytes_per_step"] / m["sent_bytes_per_step"])
+    cfg = results["config"]
+    assert cfg["model"] == model and cfg["flags"]["model"] == model
+    assert cfg["params"]["compressor"] == "topk"
+    assert results["environment"]["replicas"] == replicas
+    assert results["environment"]["workers"] == workers
+    assert [h["step"] for h in results["history"]] == [1, 2, 3]
+    assert results["history"][-1]["sent_bytes"] == m["total_sent_bytes"]
+
+
+def test_resnet20_two_replicas_bytes_match_the_compressor(tmp_path):
+    code, out, err = bench(TINY + DETERMINISTIC + [
+        "--batch_size=4", "--eval", "--num_eval_examples=40", "--train_dir=run"], tmp_path)
+    assert code == 0, err[-3000:]
+    assert "deepreduce-bench summary" in out and "sent bytes/step" in out
+    assert "train [" in err  # the progress bar
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    _check_results(results, "resnet20", replicas=2, workers=1)
+    assert results["config"]["variable_update"] == "replicated"
+    assert 0.0 <= results["metrics"]["accuracy"] <= 1.0
+    assert results["eval"]["eval_examples"] == 40
+
+    # The same gradient shapes through a fresh compressor of the same params.
+    variables = models.resnet20().trainable_variables
+    compressor = deepreduce_tf.from_params(results["config"]["params"])
+    grads = [tf.random.normal(tuple(v.shape)) for v in variables]
+    payload, ctxs = compressor.compress_batch(grads, [v.path for v in variables])
+    m = results["metrics"]
+    assert m["sent_bytes_per_step"] == int(payload.shape[0])
+    assert m["codec_payload_bytes"] == int(payload.shape[0])
+    assert results["last_step_bytes"]["sent_bytes"] == int(payload.shape[0])
+    assert m["dense_bytes_per_step"] == sum(4 * int(np.prod(v.shape)) for v in variables)
+    assert m["dense_bytes_per_step"] == sum(c.dense_bytes for c in ctxs)
+    assert m["total_sent_bytes"] == 3 * int(payload.shape[0])  # warm-up + 2 timed steps
+
+
+def test_ncf_two_local_workers(tmp_path):
+    args = TINY + DETERMINISTIC + ["--model=ncf", "--batch_size=64", "--num_workers=2",
+                                   "--eval", "--output_json=out/ncf.json"]
+    try:
+        import matplotlib  # noqa: F401
+
+        args.append("--plot=out/ncf.png")
+    except ImportError:
+        pass
+    code, out, err = bench(args, tmp_path)
+    assert code == 0, err[-3000:]
+    assert "launching 2 local workers" in err
+    results = json.loads((tmp_path / "out" / "ncf.json").read_text())
+    _check_results(results, "ncf", replicas=2, workers=2)
+    assert results["config"]["variable_update"] == "collective_all_reduce"
+    assert results["data_source"] == "synthetic"
+    assert results["model_metric"] == "hit_rate"
+    assert 0.0 <= results["metrics"]["hit_rate"] <= 1.0
+    assert results["eval"]["eval_users"] == 943 and results["eval"]["k"] == 10
+    if "--plot=out/ncf.png" in args:
+        assert (tmp_path / "out" / "ncf.png").stat().st_size > 0
+    # Worker logs of a run without --train_dir are removed after success.
+    assert not any(p.name.endswith(".log") for p in tmp_path.rglob("*"))
