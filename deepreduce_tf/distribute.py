@@ -131,8 +131,8 @@ def _slices_ok(value):
 
 
 def _memory_key(i, n, value, dest=None):
-    name = getattr(dest, "name", None) if dest is not None else None
-    if isinstance(name, str) and name and not isinstance(dest, (str, tf.Tensor)):
+    if isinstance(dest, tf.Variable):  # MirroredVariable destinations name the variable
+        name = dest.name
         return name[:-2] if name.endswith(":0") else name
     shape = "x".join(str(d) for d in value.shape) or "scalar"
     return f"value_{i}_of_{n}/{value.dtype.name}[{shape}]"

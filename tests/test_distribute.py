@@ -412,3 +412,20 @@ def test_accuracy_parity_with_uncompressed_training():
     print("parity:", accs)
     assert accs["uncompressed"] > 0.6
     assert accs["deepreduce"] >= accs["uncompressed"] - PARITY_MARGIN, accs
+
+
+def test_variable_destinations_key_the_residuals_by_variable_name():
+    strategy, ops = _strategy(BOTH)
+    with strategy.scope():
+        var = tf.Variable(tf.zeros([2000]), name="weights")
+    grads = _per_replica(strategy, [np.ones(2000, np.float32), np.full(2000, 2, np.float32)])
+
+    @tf.function
+    def reduce():
+        return strategy.extended.batch_reduce_to(tf.distribute.ReduceOp.SUM, [(grads, var)])
+
+    for _ in range(2):
+        reduce()
+    for comp in ops.compressors:
+        assert sorted(comp.memory.residuals) == ["weights"]
+        assert "weights" in comp.ledger.per_variable()
