@@ -17,6 +17,9 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install -q -r build_deps/requirements.txt
+# tf_keras (Keras 2, for model.fit under MultiWorkerMirroredStrategy) would pull
+# the full `tensorflow` package next to tensorflow-cpu: install it alone.
+.venv/bin/python -m pip install -q --no-deps -r build_deps/requirements-nodeps.txt
 .venv/bin/python -m pip install -q --no-build-isolation --no-deps --force-reinstall .
 case "$job" in
   test)  exec .venv/bin/pytest -p no:cacheprovider tests "$@" ;;

@@ -46,6 +46,17 @@ class ByteLedger(tf.Module):
         self.total_sent.assign_add(sent)
         self.total_dense.assign_add(dense)
 
+    def record_bytes(self, key, sent, dense=0):
+        """Records bytes that are not one compress: e.g. the container of a
+        batch payload (sent, no dense counterpart)."""
+        self._totals()
+        sent = tf.cast(sent, tf.int64)
+        dense = tf.cast(dense, tf.int64)
+        self._var(self.sent, key).assign(sent)
+        self._var(self.dense, key).assign(dense)
+        self.total_sent.assign_add(sent)
+        self.total_dense.assign_add(dense)
+
     def per_variable(self):
         """{name: (payload_bytes, dense_bytes)} of each variable's last compress."""
         return {k: (int(self.sent[k].numpy()), int(self.dense[k].numpy()))

@@ -96,8 +96,12 @@ def _normalize(params):
     return out
 
 
-def from_params(params):
+def from_params(params, variable_factory=None):
     """Builds a Compressor from a GRACE/DeepReduce parameter dict (see module doc).
+
+    variable_factory: optional callable(initial_value, name) -> tf.Variable
+    for every state variable of the compressor (residuals, step counters,
+    byte counters); deepreduce_tf.distribute passes one per replica.
 
     Raises:
       ValueError: unknown key or value, or an invalid combination; the
@@ -178,7 +182,8 @@ def from_params(params):
 
     mem_name = get("memory", "none" if sparsifier.dense else "residual")
     _choice("memory", mem_name, tuple(memory.MEMORIES))
-    mem = (memory.ResidualMemory(beta=get("beta", 1.0), gamma=get("gamma", 1.0))
+    mem = (memory.ResidualMemory(beta=get("beta", 1.0), gamma=get("gamma", 1.0),
+                                 variable_factory=variable_factory)
            if mem_name == "residual" else memory.NoMemory())
     comm_name = get("communicator", "allgather")
     _choice("communicator", comm_name, tuple(communicators.COMMUNICATORS))
@@ -187,7 +192,7 @@ def from_params(params):
     compressor = Compressor(sparsifier, index_codec, value_codec, mem,
                             communicators.make_communicator(comm_name),
                             min_size=get("min_size", DEFAULT_MIN_SIZE), nonfinite=nonfinite,
-                            seed=seed)
+                            seed=seed, variable_factory=variable_factory)
     unused = sorted(set(p) - used)
     if unused:
         warnings.warn(f"deepreduce_tf.from_params: {', '.join(unused)} not used by this "

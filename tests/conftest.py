@@ -9,6 +9,12 @@ import tensorflow as tf
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+# Two logical CPU devices, for MirroredStrategy tests (tests/test_distribute.py).
+# Must happen before the TensorFlow runtime starts; other tests use CPU:0.
+_cpus = tf.config.list_physical_devices("CPU")
+tf.config.set_logical_device_configuration(
+    _cpus[0], [tf.config.LogicalDeviceConfiguration()] * 2)
+
 
 def pytest_configure(config):
     import deepreduce_tf

@@ -1,0 +1,537 @@
+"""tf.distribute integration: DeepReduce as the strategy's gradient exchange.
+
+One line swaps a strategy's cross-device communication:
+
+    ops = deepreduce_tf.distribute.DeepReduceCrossDeviceOps(
+        {'compressor': 'topk', 'compress_ratio': 0.01, 'deepreduce': 'both',
+         'index': 'bloom', 'policy': 'p0', 'value': 'polyfit'})
+    strategy = tf.distribute.MirroredStrategy(cross_device_ops=ops)
+
+    # across worker processes (TF_CONFIG set as for any multi-worker job):
+    strategy = deepreduce_tf.distribute.multi_worker_strategy(params)
+
+What happens to a batch of gradients (one all_reduce of Keras' optimizer,
+or one strategy.extended.batch_reduce_to):
+  1. every replica compresses its own gradients with its own Compressor (its
+     own residual memory, its own byte ledger) into ONE batch payload;
+  2. the payloads are exchanged: all-gather of variable-size payloads (the
+     all-gather communicator) or an element-wise all-reduce of the summable
+     wire vectors (the all-reduce communicator);
+  3. every replica decodes every payload, in replica order, and sums them:
+     every replica computes the same sum from the same bytes in the same
+     order, so replicas and workers stay bit-identical; ReduceOp.MEAN
+     divides by the number of replicas.
+
+What does not go through the compressor (by design, documented):
+  * tf.IndexedSlices (embedding gradients) are compressed with
+    Compressor.compress_slices: their own rows and values, never densified;
+    no sparsifier and no residual apply to them.
+  * Values that are not floating point (int64 counters, ...) and tensors
+    without a static shape are summed exactly, uncompressed.
+  * MirroredStrategy itself routes int32 values and reductions to the host
+    (strategy.reduce(..., axis=None) of a metric to "/cpu:0") to
+    tf.distribute.ReductionToOneDevice, and with one replica it skips the
+    cross-device ops entirely; under MultiWorkerMirroredStrategy reductions
+    of per-host values use the strategy's own host collective. These are
+    never gradients of a training step. Under XLA with all-GPU devices
+    MirroredStrategy ignores cross_device_ops (TensorFlow's own rule).
+
+Memory keys: a residual belongs to the destination variable's name when the
+reduction names one (batch_reduce_to with variables as destinations), else
+to the value's position in the batch, its dtype and shape (Keras' optimizer
+all-reduces its gradient list in a fixed order). Per-replica state lives in
+plain resource variables on the replica's device, created with
+local_variable_factory(); it is not saved with the model's checkpoint unless
+the caller tracks ops.compressors.
+
+Accounting: ops.step_bytes() (last exchange, per replica: dense bytes, sent
+bytes, ratio), ops.totals() (cumulative), BytesCallback (Keras callback:
+per-batch logs and tf.summary scalars for TensorBoard). Under
+MultiWorkerMirroredStrategy, ops.collective_bytes() counts what this
+process handed to the collective ops: the evidence that payloads, not dense
+gradients, travel between workers.
+"""
+import copy
+import functools
+import threading
+
+import tensorflow as tf
+from tensorflow.python.distribute import cross_device_ops as cdo_lib
+from tensorflow.python.distribute import distribute_utils
+from tensorflow.python.distribute import reduce_util
+from tensorflow.python.distribute import values as value_lib
+from tensorflow.python.ops import resource_variable_ops
+from tensorflow.python.util import nest
+
+from deepreduce_tf.compressors import DTYPE_CODES, Compressor
+from deepreduce_tf.params import from_params
+
+__all__ = ["BytesCallback", "DeepReduceCollectiveOps", "DeepReduceCrossDeviceOps", "get_ops",
+           "install", "local_variable_factory", "multi_worker_strategy", "write_scalar"]
+
+CONTAINER_KEY = "(batch container)"
+
+
+def local_variable_factory(device):
+    """A Compressor variable_factory that puts state on `device` as a plain
+    resource variable, outside any strategy's variable creator (each replica
+    keeps its own residuals and counters)."""
+
+    def make(initial_value, name):
+        with tf.device(device):
+            return resource_variable_ops.ResourceVariable(initial_value, trainable=False,
+                                                          name=name)
+
+    return make
+
+
+class _Builder:
+    """Makes one Compressor per replica from params, a Compressor built by
+    from_params, or a factory(variable_factory) -> Compressor. Builds one at
+    construction so that a bad configuration fails there."""
+
+    def __init__(self, spec):
+        if isinstance(spec, Compressor):
+            params = getattr(spec, "params", None)
+            if params is None:
+                raise TypeError(
+                    "DeepReduce cross-device ops need one compressor per replica (each keeps its "
+                    "own residuals): pass the parameter dict, a Compressor made by "
+                    "deepreduce_tf.from_params, or a factory(variable_factory) -> Compressor, "
+                    "not a Compressor constructed by hand")
+            spec = dict(params)
+        if isinstance(spec, dict):
+            params = dict(spec)
+            self.params = params
+            self._make = lambda vf: from_params(params, variable_factory=vf)
+        elif callable(spec):
+            self.params = None
+            self._make = spec
+        else:
+            raise TypeError(f"expected a parameter dict, a Compressor or a factory, got {spec!r}")
+        probe = self.make(None)
+        self.additive = probe.additive
+        self.description = repr(probe)
+
+    def make(self, variable_factory):
+        comp = self._make(variable_factory)
+        if not isinstance(comp, Compressor):
+            raise TypeError(f"the compressor factory returned {comp!r}, not a "
+                            "deepreduce_tf.Compressor")
+        return comp
+
+
+def _compressible(value):
+    return (not isinstance(value, tf.IndexedSlices) and value.dtype in DTYPE_CODES
+            and value.shape.is_fully_defined())
+
+
+def _slices_ok(value):
+    return isinstance(value, tf.IndexedSlices) and value.values.dtype in DTYPE_CODES
+
+
+def _memory_key(i, n, value, dest=None):
+    if isinstance(dest, tf.Variable):  # MirroredVariable destinations name the variable
+        name = dest.name
+        return name[:-2] if name.endswith(":0") else name
+    shape = "x".join(str(d) for d in value.shape) or "scalar"
+    return f"value_{i}_of_{n}/{value.dtype.name}[{shape}]"
+
+
+def _ordered_sum(tensors):
+    """Sum in list order: the same bytes summed in the same order give the
+    same bits on every replica."""
+    return functools.reduce(lambda a, b: a + b, tensors)
+
+
+def _concat_slices(parts, dense_shape):
+    return tf.IndexedSlices(tf.concat([p.values for p in parts], 0),
+                            tf.concat([p.indices for p in parts], 0), dense_shape)
+
+
+def _divide(value, count):
+    if isinstance(value, tf.IndexedSlices):
+        return tf.IndexedSlices(value.values / tf.cast(count, value.values.dtype),
+                                value.indices, value.dense_shape)
+    return value / tf.cast(count, value.dtype)
+
+
+class _DeepReduceState:
+    """Per-replica compressors and the accounting both ops classes share."""
+
+    def _init_state(self, spec):
+        self._builder = spec if isinstance(spec, _Builder) else _Builder(spec)
+        self._compressors = {}
+        self._exchanges = {}
+        self._wire = {}
+        self._state_lock = threading.Lock()
+
+    @property
+    def params(self):
+        """The parameter dict the compressors are built from (None for a factory)."""
+        return self._builder.params
+
+    @property
+    def compressors(self):
+        """This process's per-replica compressors, in replica order."""
+        return [self._compressors[r] for r in sorted(self._compressors)]
+
+    def _replica_state(self, replica, device):
+        """(compressor, exchange counter, collective byte counter) of local
+        replica number `replica`, created on first use on `device`."""
+        with self._state_lock:
+            comp = self._compressors.get(replica)
+            if comp is None:
+                factory = local_variable_factory(device)
+                comp = self._builder.make(factory)
+                with tf.init_scope():
+                    self._exchanges[replica] = factory(tf.constant(0, tf.int64), "exchanges")
+                    self._wire[replica] = factory(tf.constant(0, tf.int64), "collective_bytes")
+                self._compressors[replica] = comp
+            return comp, self._exchanges[replica], self._wire[replica]
+
+    def _compress(self, replica, device, tensors, keys):
+        """Compresses `tensors` of one replica into one batch payload and
+        records the container's own bytes in the ledger."""
+        comp, exchanges, _ = self._replica_state(replica, device)
+        payload, ctxs = comp.compress_batch(tensors, keys)
+        if comp.ledger is not None and not comp.additive:
+            parts = tf.add_n([c.payload_bytes for c in ctxs])
+            comp.ledger.record_bytes(f"{CONTAINER_KEY}/{len(tensors)}",
+                                     tf.size(payload, out_type=tf.int64) - parts)
+        exchanges.assign_add(1)
+        return comp, payload, ctxs
+
+    # ------------------------------------------------------------ accounting
+    def step_bytes(self):
+        """Bytes of the last exchange of every reduced tensor, per replica.
+
+        Returns {"dense_bytes", "sent_bytes", "ratio", "replicas"}: dense =
+        bytes one replica's uncompressed tensors would take, sent = mean over
+        this process's replicas of the payload bytes each sent (batch
+        container included), ratio = dense / sent.
+        """
+        comps = [c for c in self.compressors if c.ledger is not None]
+        if not comps:
+            return {"dense_bytes": 0, "sent_bytes": 0, "ratio": 0.0, "replicas": 0}
+        pairs = [c.ledger.step_totals() for c in comps]
+        sent = sum(s for s, _ in pairs) / len(pairs)
+        dense = sum(d for _, d in pairs) / len(pairs)
+        return {"dense_bytes": int(round(dense)), "sent_bytes": int(round(sent)),
+                "ratio": dense / sent if sent else 0.0, "replicas": len(pairs)}
+
+    def totals(self):
+        """Cumulative bytes per replica (mean over this process's replicas)
+        and the number of exchanges: {"dense_bytes", "sent_bytes", "steps"}."""
+        comps = [c for c in self.compressors if c.ledger is not None]
+        if not comps:
+            return {"dense_bytes": 0, "sent_bytes": 0, "steps": 0}
+        pairs = [c.ledger.running_totals() for c in comps]
+        steps = [int(v.numpy()) for v in self._exchanges.values()]
+        return {"dense_bytes": int(round(sum(d for _, d in pairs) / len(pairs))),
+                "sent_bytes": int(round(sum(s for s, _ in pairs) / len(pairs))),
+                "steps": max(steps) if steps else 0}
+
+    def collective_bytes(self):
+        """Bytes this process's replicas handed to collective ops (mean per
+        replica; multi-worker only, else 0)."""
+        vals = [int(v.numpy()) for v in self._wire.values()]
+        return int(round(sum(vals) / len(vals))) if vals else 0
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self._builder.description})"
+
+
+class DeepReduceCrossDeviceOps(_DeepReduceState, cdo_lib.CrossDeviceOps):
+    """tf.distribute.CrossDeviceOps for MirroredStrategy (one process, N devices).
+
+    Args:
+      spec: the from_params() parameter dict, a Compressor made by
+        from_params (its params are reused), or a factory
+        f(variable_factory) -> Compressor called once per replica.
+
+    Raises:
+      ValueError / TypeError at construction: an invalid configuration
+        (e.g. the 'allreduce' communicator with a codec whose payloads
+        cannot be summed), with the reason.
+    """
+
+    def __init__(self, spec):
+        cdo_lib.CrossDeviceOps.__init__(self)
+        self._init_state(spec)
+
+    def reduce_implementation(self, reduce_op, per_replica_value, destinations, options):
+        return self.batch_reduce_implementation(
+            reduce_op, [(per_replica_value, destinations)], options)[0]
+
+    def batch_reduce_implementation(self, reduce_op, value_destination_pairs, options):
+        pairs = list(value_destination_pairs)
+        values = [v for v, _ in pairs]
+        devices = tuple(values[0]._devices)  # pylint: disable=protected-access
+        if any(tuple(v._devices) != devices for v in values):  # pylint: disable=protected-access
+            raise ValueError("DeepReduce batch reduction needs every value on the same replicas")
+        n = len(pairs)
+        dense_ids = [i for i, (v, _) in enumerate(pairs) if _compressible(v.values[0])]
+        slice_ids = [i for i, (v, _) in enumerate(pairs) if _slices_ok(v.values[0])]
+        other_ids = [i for i in range(n) if i not in dense_ids and i not in slice_ids]
+        per_replica = [[None] * n for _ in devices]  # [replica][value]
+
+        if dense_ids:
+            keys = [_memory_key(i, n, values[i].values[0], pairs[i][1]) for i in dense_ids]
+            sent = []
+            for r, dev in enumerate(devices):
+                with tf.device(dev):
+                    sent.append(self._compress(r, dev, [values[i].values[r] for i in dense_ids],
+                                               keys))
+            payloads = [p for _, p, _ in sent]
+            for r, dev in enumerate(devices):
+                comp, _, ctxs = sent[r]
+                with tf.device(dev):
+                    received = [tf.identity(p) for p in payloads]
+                    if comp.additive:
+                        decoded = comp.decompress_batch(_ordered_sum(received), ctxs)
+                    else:
+                        per_payload = [comp.decompress_batch(p, ctxs) for p in received]
+                        decoded = [_ordered_sum(list(ts)) for ts in zip(*per_payload)]
+                    for i, t in zip(dense_ids, decoded):
+                        per_replica[r][i] = t
+
+        for i in slice_ids:
+            key = _memory_key(i, n, values[i].values[0].values, pairs[i][1])
+            sent = []
+            for r, dev in enumerate(devices):
+                comp, _, _ = self._replica_state(r, dev)
+                sl = values[i].values[r]
+                with tf.device(dev):
+                    sent.append((comp,) + tuple(comp.compress_slices(sl, key)))
+            for r, dev in enumerate(devices):
+                comp, _, ctx = sent[r]
+                with tf.device(dev):
+                    parts = [comp.decompress_slices(tf.identity(p), ctx) for _, p, _ in sent]
+                    per_replica[r][i] = _concat_slices(parts, parts[0].dense_shape)
+
+        if reduce_op == reduce_util.ReduceOp.MEAN:
+            for r, dev in enumerate(devices):
+                with tf.device(dev):
+                    for i in dense_ids + slice_ids:
+                        per_replica[r][i] = _divide(per_replica[r][i], len(devices))
+
+        results = [None] * n
+        if other_ids:
+            exact = cdo_lib.ReductionToOneDevice().batch_reduce_implementation(
+                reduce_op, [pairs[i] for i in other_ids], options)
+            for i, res in zip(other_ids, exact):
+                results[i] = res
+        for i in dense_ids + slice_ids:
+            results[i] = self._place(i, [per_replica[r][i] for r in range(len(devices))],
+                                     devices, pairs[i][1])
+        return results
+
+    def _place(self, i, reduced, devices, destinations):
+        """Mirrored result on `destinations` (normally the replicas' devices)."""
+        dest_devices = cdo_lib.get_devices_from(destinations, self._canonicalize_devices)
+        if tuple(dest_devices) == tuple(devices):
+            return distribute_utils.regroup(tuple(reduced), wrap_class=value_lib.Mirrored)
+        by_device = dict(zip(devices, reduced))
+        placed = []
+        for d in dest_devices:
+            with tf.device(d):
+                src = by_device.get(d, reduced[0])
+                placed.append(tf.identity(src) if not isinstance(src, tf.IndexedSlices) else
+                              tf.IndexedSlices(tf.identity(src.values), tf.identity(src.indices),
+                                               src.dense_shape))
+        return distribute_utils.regroup(tuple(placed), wrap_class=value_lib.Mirrored)
+
+    def _gather_implementation(self, per_replica_value, destinations, axis, options):
+        # strategy.gather (not a reduction) is uncompressed.
+        return cdo_lib.ReductionToOneDevice()._gather_implementation(  # pylint: disable=protected-access
+            per_replica_value, destinations, axis, options)
+
+
+class DeepReduceCollectiveOps(_DeepReduceState, cdo_lib.CollectiveAllReduce):
+    """The collective implementation of MultiWorkerMirroredStrategy with
+    DeepReduce compression; install it with install() or build the strategy
+    with multi_worker_strategy()."""
+
+    def __init__(self, spec, devices, group_size, options, collective_keys=None,
+                 canonicalize_devices=True):
+        cdo_lib.CollectiveAllReduce.__init__(self, devices, group_size, options,
+                                             collective_keys, canonicalize_devices)
+        self._init_state(spec)
+
+    def __deepcopy__(self, memo):
+        return DeepReduceCollectiveOps(self._builder, self._devices, self._group_size,
+                                       self._options, copy.deepcopy(self._collective_keys, memo),
+                                       self._canonicalize_devices)
+
+    def _gather_payloads(self, replica_id, payload, options):
+        """All-gather of variable-size uint8 payloads: the lengths first, then
+        the payloads padded to the longest, as int32 words."""
+        launcher = self._launchers[replica_id]
+        device = self._devices[replica_id]
+        _, _, wire = self._replica_state(replica_id, device)
+        with tf.device(device):
+            length = tf.size(payload, out_type=tf.int32)
+            words = (length + 3) // 4
+            padded = tf.pad(payload, [[0, words * 4 - length]])
+            lengths = launcher._all_gather(tf.reshape(length, [1]), options)  # pylint: disable=protected-access
+            max_words = (tf.reduce_max(lengths) + 3) // 4
+            as_words = tf.reshape(tf.bitcast(tf.reshape(padded, [-1, 4]), tf.int32), [-1])
+            as_words = tf.pad(as_words, [[0, max_words - words]])
+            gathered = launcher._all_gather(as_words, options)  # pylint: disable=protected-access
+            wire.assign_add(tf.cast(4 + 4 * max_words, tf.int64))
+            out = []
+            for j in range(self._group_size):
+                chunk = gathered[j * max_words:(j + 1) * max_words]
+                out.append(tf.reshape(tf.bitcast(chunk, tf.uint8), [-1])[:lengths[j]])
+            return out
+
+    def _all_reduce(self, reduce_op, value, replica_id, options):
+        flat = nest.flatten(value)
+        n = len(flat)
+        device = self._devices[replica_id]
+        dense_ids = [i for i, v in enumerate(flat) if _compressible(v)]
+        slice_ids = [i for i, v in enumerate(flat) if _slices_ok(v)]
+        other_ids = [i for i in range(n) if i not in dense_ids and i not in slice_ids]
+        out = [None] * n
+        if dense_ids:
+            keys = [_memory_key(i, n, flat[i]) for i in dense_ids]
+            with tf.device(device):
+                comp, payload, ctxs = self._compress(replica_id, device,
+                                                     [flat[i] for i in dense_ids], keys)
+            if comp.additive:
+                launcher = self._launchers[replica_id]
+                summed = launcher.batch_all_reduce([[payload]], options)[0]
+                _, _, wire = self._replica_state(replica_id, device)
+                with tf.device(device):
+                    wire.assign_add(tf.size(payload, out_type=tf.int64) * payload.dtype.size)
+                    decoded = comp.decompress_batch(summed, ctxs)
+            else:
+                received = self._gather_payloads(replica_id, payload, options)
+                with tf.device(device):
+                    per_payload = [comp.decompress_batch(p, ctxs) for p in received]
+                    decoded = [_ordered_sum(list(ts)) for ts in zip(*per_payload)]
+            for i, t in zip(dense_ids, decoded):
+                out[i] = t
+        for i in slice_ids:
+            comp, _, _ = self._replica_state(replica_id, device)
+            with tf.device(device):
+                payload, ctx = comp.compress_slices(flat[i], _memory_key(i, n, flat[i].values))
+            received = self._gather_payloads(replica_id, payload, options)
+            with tf.device(device):
+                parts = [comp.decompress_slices(p, ctx) for p in received]
+                out[i] = _concat_slices(parts, parts[0].dense_shape)
+        if reduce_op == reduce_util.ReduceOp.MEAN:
+            with tf.device(device):
+                for i in dense_ids + slice_ids:
+                    out[i] = _divide(out[i], self._group_size)
+        if other_ids:
+            exact = cdo_lib.CollectiveAllReduce._all_reduce(  # pylint: disable=protected-access
+                self, reduce_op, [flat[i] for i in other_ids], replica_id, options)
+            for i, res in zip(other_ids, exact):
+                out[i] = res
+        return nest.pack_sequence_as(value, out)
+
+
+def install(strategy, spec):
+    """Replaces the gradient collective of a MultiWorkerMirroredStrategy by
+    DeepReduce's; returns the installed ops. Call it right after creating
+    the strategy, before the first step."""
+    ext = getattr(strategy, "extended", None)
+    old = getattr(ext, "_cross_device_ops", None)
+    if isinstance(old, DeepReduceCollectiveOps):
+        raise ValueError("this strategy already uses DeepReduce collective ops")
+    from tensorflow.python.distribute import collective_all_reduce_strategy as cars
+
+    if (not isinstance(ext, cars.CollectiveAllReduceExtended)
+            or not isinstance(old, cdo_lib.CollectiveAllReduce)):
+        raise TypeError(
+            f"install() works on tf.distribute.MultiWorkerMirroredStrategy, got {strategy!r}; "
+            "for MirroredStrategy pass cross_device_ops=DeepReduceCrossDeviceOps(params)")
+    ops = DeepReduceCollectiveOps(spec, old._devices, old._group_size, old._options,  # pylint: disable=protected-access
+                                  old._collective_keys, old._canonicalize_devices)  # pylint: disable=protected-access
+    ext._cross_device_ops = ops  # pylint: disable=protected-access
+    return ops
+
+
+def multi_worker_strategy(spec, cluster_resolver=None, communication_options=None):
+    """A tf.distribute.MultiWorkerMirroredStrategy (TF_CONFIG as usual) whose
+    gradient all-reduce is DeepReduce's. get_ops(strategy) returns the ops."""
+    builder = _Builder(spec)  # validate before connecting to the cluster
+    strategy = tf.distribute.MultiWorkerMirroredStrategy(
+        cluster_resolver=cluster_resolver, communication_options=communication_options)
+    install(strategy, builder)
+    return strategy
+
+
+def get_ops(strategy):
+    """The DeepReduce ops of a strategy built with DeepReduceCrossDeviceOps,
+    install() or multi_worker_strategy()."""
+    ops = getattr(getattr(strategy, "extended", None), "_cross_device_ops", None)
+    if not isinstance(ops, _DeepReduceState):
+        raise ValueError(f"{strategy!r} does not use DeepReduce: pass cross_device_ops="
+                         "DeepReduceCrossDeviceOps(params) to MirroredStrategy, or use "
+                         "multi_worker_strategy(params)")
+    return ops
+
+
+def write_scalar(name, value, step):
+    """tf.summary.scalar without the tensorboard package (which
+    tensorflow-cpu does not bring): a scalar summary TensorBoard shows."""
+    from tensorflow.core.framework import summary_pb2
+
+    meta = summary_pb2.SummaryMetadata()
+    meta.plugin_data.plugin_name = "scalars"
+    return tf.summary.write(name, tf.cast(value, tf.float32), step=step, metadata=meta)
+
+
+def BytesCallback(ops, log_dir=None, prefix="deepreduce"):  # pylint: disable=invalid-name
+    """A Keras callback (Keras 3, or tf_keras under TF_USE_LEGACY_KERAS=1)
+    that adds, after every training batch, `sent_bytes`, `dense_bytes` (per
+    replica, this batch's exchanges) and `reduction` (dense / sent) to the
+    batch logs, keeps them in callback.history, and, with log_dir, writes
+    them as TensorBoard scalars `{prefix}/sent_bytes`, ... per step.
+
+    ops: DeepReduceCrossDeviceOps / DeepReduceCollectiveOps, or a strategy.
+    """
+    if isinstance(ops, tf.distribute.Strategy):
+        ops = get_ops(ops)
+    if not isinstance(ops, _DeepReduceState):
+        raise TypeError(f"BytesCallback needs DeepReduce ops or a strategy using them, got {ops!r}")
+    base = tf.keras.callbacks.Callback
+
+    class _BytesCallback(base):
+        def __init__(self):
+            super().__init__()
+            self.ops = ops
+            self.history = []
+            self._last = None
+            self._writer = tf.summary.create_file_writer(log_dir) if log_dir else None
+            self._step = 0
+
+        def on_train_begin(self, logs=None):
+            self._last = self.ops.totals()
+
+        def on_train_batch_end(self, batch, logs=None):
+            now = self.ops.totals()
+            last = self._last or {"dense_bytes": 0, "sent_bytes": 0}
+            sent = now["sent_bytes"] - last["sent_bytes"]
+            dense = now["dense_bytes"] - last["dense_bytes"]
+            self._last = now
+            row = {"sent_bytes": sent, "dense_bytes": dense,
+                   "reduction": dense / sent if sent else 0.0}
+            self.history.append(row)
+            if logs is not None:
+                logs.update(row)
+            if self._writer is not None:
+                with self._writer.as_default():
+                    for key, val in row.items():
+                        write_scalar(f"{prefix}/{key}", val, self._step)
+            self._step += 1
+
+        def on_train_end(self, logs=None):
+            if self._writer is not None:
+                self._writer.flush()
+
+    return _BytesCallback()
+
