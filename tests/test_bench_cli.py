@@ -155,6 +155,8 @@ def test_resnet20_two_replicas_bytes_match_the_compressor(tmp_path):
     assert "train [" in err  # the progress bar
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     _check_results(results, "resnet20", replicas=2, workers=1)
+    assert any(p.name.startswith("events.out.tfevents") for p in (tmp_path / "run" / "logs")
+               .iterdir())  # TensorBoard scalars
     assert results["config"]["variable_update"] == "replicated"
     assert 0.0 <= results["metrics"]["accuracy"] <= 1.0
     assert results["eval"]["eval_examples"] == 40

@@ -35,7 +35,7 @@ def _bench(argv):
         raise app.UsageError(f"unexpected arguments {argv[1:]}; every setting is a --flag "
                              "(see --helpfull)")
     only_fetch = FLAGS.fetch_data and not any(
-        FLAGS[name].present for name in bench_flags._own_flag_names(FLAGS)
+        FLAGS[name].present for name in bench_flags.own_flag_names(FLAGS)
         if name not in ("fetch_data", "data_dir"))
     if FLAGS.fetch_data:
         _fetch(FLAGS.data_dir)

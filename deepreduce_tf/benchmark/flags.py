@@ -123,7 +123,8 @@ def define_flags(flag_values=flags.FLAGS):
                          flag_values=fv)
     flags.DEFINE_string("train_dir", None,
                         "Directory for results.json (unless --output_json), worker logs and "
-                        "TensorBoard byte summaries.", flag_values=fv)
+                        "TensorBoard scalars (logs/: loss, accuracy, sent/dense bytes, "
+                        "reduction per step).", flag_values=fv)
     flags.DEFINE_bool("eval", False,
                       "Evaluate on the test split after training: top-1 accuracy (images), "
                       "HR@10 and NDCG@10 (ncf).", flag_values=fv)
@@ -213,13 +214,14 @@ def _present(fv, name):
 def flag_dict(fv=flags.FLAGS):
     """{name: value} of every flag of this module (JSON-friendly)."""
     out = {}
-    for name in sorted(_own_flag_names(fv)):
+    for name in sorted(own_flag_names(fv)):
         value = fv[name].value
         out[name] = list(value) if isinstance(value, (list, tuple)) else value
     return out
 
 
-def _own_flag_names(fv):
+def own_flag_names(fv):
+    """Names of the flags defined by this module in `fv`."""
     for module, fl in fv.flags_by_module_dict().items():
         if module.endswith("deepreduce_tf.benchmark.flags") or module == __name__:
             for f in fl:
@@ -229,7 +231,7 @@ def _own_flag_names(fv):
 def serialize(fv, drop=()):
     """Command-line arguments reproducing the explicitly given flags, minus `drop`."""
     args = []
-    for name in sorted(_own_flag_names(fv)):
+    for name in sorted(own_flag_names(fv)):
         if name in drop or not fv[name].present:
             continue
         args.append(fv[name].serialize())

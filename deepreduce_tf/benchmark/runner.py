@@ -225,6 +225,10 @@ def run(config, stream=sys.stderr):
         return float(np.mean([t.numpy() for t in strategy.experimental_local_results(
             per_replica)]))
 
+    writer = None
+    if config.train_dir and chief:
+        # TensorBoard scalars per step (drd.write_scalar needs no tensorboard package).
+        writer = tf.summary.create_file_writer(os.path.join(config.train_dir, "logs"))
     iterator = iter(dist_ds)
     bar = report.ProgressBar(total_steps, stream=log)
     history, step_times = [], []
@@ -256,9 +260,18 @@ def run(config, stream=sys.stderr):
                             "loss": float(np.mean(losses[-config.display_every:])),
                             "accuracy": float(np.mean(accs[-config.display_every:]))})
         sb = ops.step_bytes()
+        if writer is not None:
+            with writer.as_default():
+                for name, value in (("loss", loss), ("accuracy", acc),
+                                    ("deepreduce/sent_bytes", sb["sent_bytes"]),
+                                    ("deepreduce/dense_bytes", sb["dense_bytes"]),
+                                    ("deepreduce/reduction", sb["ratio"])):
+                    drd.write_scalar(name, value, step + 1)
         bar.update(step + 1, loss=loss, acc=acc,
                    red=round(sb["dense_bytes"] / max(sb["sent_bytes"], 1), 1))
 
+    if writer is not None:
+        writer.close()
     end = ops.totals()
     base = base or {"dense_bytes": 0, "sent_bytes": 0, "steps": 0}
     counted = max(timed_steps, 1)
