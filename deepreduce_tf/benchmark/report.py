@@ -117,8 +117,11 @@ def summary_table(results):
         ("train accuracy", _fmt(m["train_accuracy"], ".4f")),
     ]
     if results["model_metric"] == "hit_rate":
-        rows.append(("HR@10 (eval)", _fmt(m["hit_rate"], ".4f")))
-        rows.append(("NDCG@10 (eval)", _fmt(m["ndcg"], ".4f")))
+        if results["eval"]:
+            rows.append(("HR@10 (eval)", _fmt(m["hit_rate"], ".4f")))
+            rows.append(("NDCG@10 (eval)", _fmt(m["ndcg"], ".4f")))
+        else:
+            rows.append(("HR@10 (eval)", "n/a (add --eval)"))
     else:
         rows.append(("accuracy (eval)", _fmt(m["accuracy"], ".4f") if results["eval"]
                      else "n/a (add --eval)"))
