@@ -291,6 +291,7 @@ def run(config, stream=sys.stderr):
         compress_ms, decompress_ms, codec_bytes = time_codecs(
             config.params, variables, replicas, config.codec_repeats, seed=config.seed)
 
+    _leave_together(strategy)
     if not chief:
         return None
     metrics = dict.fromkeys(report.METRIC_KEYS)
@@ -342,6 +343,23 @@ def run(config, stream=sys.stderr):
         },
     }
     return results
+
+
+def _leave_together(strategy):
+    """Workers wait for the chief's evaluation and codec timing with one tiny
+    collective, so none exits while the others still run (the coordination
+    service would report it as crashed)."""
+    import tensorflow as tf
+
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return
+
+    @tf.function
+    def barrier():
+        return strategy.run(lambda: tf.distribute.get_replica_context().all_reduce(
+            tf.distribute.ReduceOp.SUM, tf.ones([])))
+
+    barrier()
 
 
 # ---------------------------------------------------------------------------
