@@ -63,6 +63,26 @@ def kernel_sources():
     return cpu_cc, gpu_cc, cu
 
 
+def _read(path):
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def _objects_stamp(commands):
+    """Digest of the kernel tree (build_deps/setup_state.py) and the commands."""
+    sys.path.insert(0, os.path.join(ROOT, "build_deps"))
+    try:
+        import setup_state
+    except ImportError:  # a copy of the tree without build_deps/: always compile
+        return None
+    finally:
+        sys.path.pop(0)
+    return setup_state.kernels_digest([" ".join(c) for c in commands])
+
+
 class BuildOps(build_ext):
     """Compiles kernels/ into one shared library next to the package code."""
 
@@ -146,9 +166,23 @@ class BuildOps(build_ext):
             subprocess.run(cmd, check=True)
             return obj
 
-        workers = max(1, min(len(jobs), os.cpu_count() or 1))
-        with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-            objs = list(pool.map(run, jobs))
+        # The objects of an earlier build are reused when nothing they are
+        # made of changed: every kernel source and header, every command.
+        stamp_path = os.path.join(obj_dir, "objects.sha256")
+        stamp = _objects_stamp([cmd for _, cmd in jobs])
+        objs = [obj for obj, _ in jobs]
+        if stamp and _read(stamp_path) == stamp and all(os.path.exists(o) for o in objs):
+            print(f"deepreduce_tf: kernels unchanged, reusing the objects in {obj_dir}",
+                  flush=True)
+        else:
+            if os.path.exists(stamp_path):
+                os.remove(stamp_path)
+            workers = max(1, min(len(jobs), os.cpu_count() or 1))
+            with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+                objs = list(pool.map(run, jobs))
+            if stamp:
+                with open(stamp_path, "w") as f:
+                    f.write(stamp)
         link = ([cxx, "-shared", "-o", out_path] + objs + link_extra +
                 tf.sysconfig.get_link_flags() + ["-Wl,--no-undefined"])
         print(" ".join(link), flush=True)

@@ -192,7 +192,8 @@ class Row:
         if self.vspec[0] == "fp32":
             vals = tf.bitcast(tf.reshape(vpayload, [-1, 4]), tf.float32)
         else:
-            vals = value.decode(self.vspec[0], vpayload)
+            bound = {"max_values": n} if self.vspec[0] in value.SORTING_CODECS else {}
+            vals = value.decode(self.vspec[0], vpayload, **bound)
         if perm is not None:
             pos = tf.gather(pos, perm)
         return pos, vals

@@ -44,7 +44,7 @@ Rows of one model are interleaved: every --repeats round runs each of its
 rows once (in reverse order on odd rounds), so load on the shared machine
 hits all rows alike; times are medians over the rounds.
 
-    DEEPREDUCE_TF_OPS_LIB=.venv/lib/python3.11/site-packages/deepreduce_tf/_deepreduce_ops.so \\
+    DEEPREDUCE_TF_OPS_LIB=.venv/lib/python3.11/site-packages/deepreduce_tf/ops/_deepreduce_ops.so \\
     PYTHONPATH=. .venv/bin/python benchmarks/step_bench.py \\
         [--models resnet20,resnet50] [--strategies mirrored,mwms] [--configs all] \\
         [--steps 10] [--repeats 1] [--timeout 1800] [--json out.json]

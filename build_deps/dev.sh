@@ -3,9 +3,11 @@
 # pinned dependencies and deepreduce_tf with its compiled ops, then runs a job.
 #   bash build_deps/dev.sh test   [pytest args]   # the test suite
 #   bash build_deps/dev.sh bench  [bench args]    # the main benchmark: deepreduce-bench
-#     (default: ResNet-20, synthetic data, 2 replicas, top-k 1 % + Bloom conflict_sets + polyfit)
+#     (default: uncompressed vs compressed training of ResNet-20 on Fashion-MNIST)
 #   bash build_deps/dev.sh setup                  # install only
-# DEEPREDUCE_TF_CUDA=1 builds the CUDA kernels too. Safe to run repeatedly.
+# DEEPREDUCE_TF_CUDA=1 builds the CUDA kernels too. Safe to run repeatedly: a
+# stage whose inputs did not change since it last succeeded is skipped
+# (digests in .venv/.deepreduce-*, computed by build_deps/setup_state.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 job="${1:-test}"; shift || true
@@ -13,14 +15,50 @@ PY="${PYTHON:-}"
 if [ -z "$PY" ]; then
   if command -v python3.11 >/dev/null; then PY=python3.11; else PY=python3; fi
 fi
-if [ ! -x .venv/bin/python ]; then
+say() { printf '[setup] %s\n' "$*" >&2; }
+log=.venv/setup.log
+# A stage that fails prints the end of its log instead of pip's full output.
+quiet() {
+  if ! "$@" >>"$log" 2>&1; then
+    say "FAILED: $*"; tail -n 40 "$log" >&2; say "full log: $log"; exit 1
+  fi
+}
+stamp_ok() { [ -f ".venv/.deepreduce-$1" ] && [ "$(cat ".venv/.deepreduce-$1")" = "$2" ]; }
+t0=$SECONDS
+if [ -x .venv/bin/python ]; then
+  say "Python environment: reusing .venv ($(.venv/bin/python --version 2>&1))"
+else
+  say "Python environment: creating .venv with $("$PY" --version 2>&1)"
   "$PY" -m venv .venv
 fi
-.venv/bin/python -m pip install -q -r build_deps/requirements.txt
-# tf_keras (Keras 2, for model.fit under MultiWorkerMirroredStrategy) would pull
-# the full `tensorflow` package next to tensorflow-cpu: install it alone.
-.venv/bin/python -m pip install -q --no-deps -r build_deps/requirements-nodeps.txt
-.venv/bin/python -m pip install -q --no-build-isolation --no-deps --force-reinstall .
+: >"$log"
+req=$(.venv/bin/python build_deps/setup_state.py requirements)
+if stamp_ok requirements "$req"; then
+  say "pinned dependencies (build_deps/requirements*.txt): up to date"
+else
+  say "pinned dependencies: installing TensorFlow 2.21 (CPU), numpy, absl-py, matplotlib, pytest," \
+      "tf_keras (a few minutes the first time; log: $log)"
+  quiet .venv/bin/python -m pip install --disable-pip-version-check -r build_deps/requirements.txt
+  # tf_keras (Keras 2, for model.fit under MultiWorkerMirroredStrategy) would pull
+  # the full `tensorflow` package next to tensorflow-cpu: install it alone.
+  quiet .venv/bin/python -m pip install --disable-pip-version-check --no-deps \
+    -r build_deps/requirements-nodeps.txt
+  echo "$req" >.venv/.deepreduce-requirements
+fi
+pkg=$(.venv/bin/python build_deps/setup_state.py package)
+installed_lib=$(ls .venv/lib/python*/site-packages/deepreduce_tf/ops/_deepreduce_ops.so 2>/dev/null || true)
+if stamp_ok package "$pkg" && [ -n "$installed_lib" ]; then
+  say "deepreduce_tf and its op library: up to date (sources unchanged since the last build)"
+else
+  what="CPU kernels"; [ "${DEEPREDUCE_TF_CUDA:-0}" = 1 ] && what="CPU + CUDA kernels"
+  say "deepreduce_tf: compiling the op library ($what; several minutes on 2 cores the first" \
+      "time, seconds when only Python changed) and installing the package"
+  rm -f .venv/.deepreduce-package
+  quiet .venv/bin/python -m pip install --disable-pip-version-check --no-build-isolation \
+    --no-deps --force-reinstall .
+  echo "$pkg" >.venv/.deepreduce-package
+fi
+say "ready in $((SECONDS - t0)) s"
 case "$job" in
   test)  exec .venv/bin/pytest -p no:cacheprovider tests "$@" ;;
   bench) exec .venv/bin/deepreduce-bench "$@" ;;

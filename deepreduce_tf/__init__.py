@@ -7,16 +7,53 @@
     grad_sum = compressor.decompress(payload, ctx)   # for each worker's payload
 
 The compiled ops load lazily: importing the package does not touch the op
-library; the first op call (or cuda_built(), build_info()) does.
+library; the first op call (or cuda_built(), build_info()) does. Importing
+the package does not import TensorFlow either: the names below import their
+modules on first use (so deepreduce-bench checks its flags before TensorFlow
+starts).
 """
+import importlib
+
 from deepreduce_tf._version import __version__
-from deepreduce_tf.ops import bloom, index, payload, sparsify, value
 from deepreduce_tf.ops._loader import OpLibraryError, build_info
-from deepreduce_tf import (accounting, codecs, communicators, fusion, memory, sparsifiers,
-                           transport)
-from deepreduce_tf.accounting import ByteLedger
-from deepreduce_tf.compressors import Compressor, Context
-from deepreduce_tf.params import from_params
+
+# Public name -> (module, attribute; None: the module itself), imported on first use.
+_LAZY = {
+    "bloom": ("deepreduce_tf.ops.bloom", None),
+    "index": ("deepreduce_tf.ops.index", None),
+    "payload": ("deepreduce_tf.ops.payload", None),
+    "sparsify": ("deepreduce_tf.ops.sparsify", None),
+    "value": ("deepreduce_tf.ops.value", None),
+    "accounting": ("deepreduce_tf.accounting", None),
+    "codecs": ("deepreduce_tf.codecs", None),
+    "communicators": ("deepreduce_tf.communicators", None),
+    "fusion": ("deepreduce_tf.fusion", None),
+    "memory": ("deepreduce_tf.memory", None),
+    "sparsifiers": ("deepreduce_tf.sparsifiers", None),
+    "transport": ("deepreduce_tf.transport", None),
+    "compressors": ("deepreduce_tf.compressors", None),
+    "params": ("deepreduce_tf.params", None),
+    "ByteLedger": ("deepreduce_tf.accounting", "ByteLedger"),
+    "Compressor": ("deepreduce_tf.compressors", "Compressor"),
+    "Context": ("deepreduce_tf.compressors", "Context"),
+    "from_params": ("deepreduce_tf.params", "from_params"),
+}
+
+
+def __getattr__(name):
+    try:
+        module, attr = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    value = importlib.import_module(module)
+    if attr is not None:
+        value = getattr(value, attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
 
 
 def cuda_built():

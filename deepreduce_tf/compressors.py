@@ -16,14 +16,22 @@ META_FIELDS and three sections: index, value, permutation.
   index_codec / value_codec   codec ids (codecs.index / codecs.value)
   dtype       1 float16, 2 bfloat16, 3 float32, 4 float64
   n           element count of the tensor
-  config      CRC-32 of the decode-relevant configuration
+  config      the variable's identity: CRC-32 of the decode-relevant
+              configuration, the variable's key (its name) and static shape
   k           number of positions the sparsifier chose
   count       number of values sent (> k with Bloom p0)
   aux0, aux1  index codec parameters (Bloom m and h)
 
 decompress() checks index_codec, value_codec, dtype, n and config against its
-own configuration: a payload of another variable, another compressor
-configuration or another program is refused with a message naming the field.
+own configuration and ctx: a payload of another variable (even one of the
+same size and dtype), another compressor configuration or another program is
+refused with a message naming the field, or, for config, saying that the
+payload belongs to another variable or configuration. Every worker names a
+variable alike (deepreduce_tf.distribute derives the key from the variable or
+from its place in the batch), so the workers' payloads of one variable agree.
+Without a name (name=None, no residual memory) the identity is the
+configuration and the shape only. Bucket and batch payloads carry the
+configuration in config and their layout (keys, shapes) in layout instead.
 A corrupted, truncated or extended payload fails the container's checks; a
 payload written by a newer format version is refused with an upgrade hint.
 
@@ -122,6 +130,32 @@ def _graph_safe(method):
 def _fingerprint(parts):
     text = repr(sorted(parts.items()))
     return zlib.crc32(text.encode()) & 0xFFFFFFFF
+
+
+def _identity(config_id, key, shape):
+    """The config field of a per-variable payload: the configuration's
+    fingerprint, the variable's key and its static shape, CRC-32."""
+    return _fingerprint({"config": config_id, "key": key,
+                         "shape": tuple(int(d) for d in shape)})
+
+
+IDENTITY_MISMATCH = (
+    "payload field 'config' does not match {what}: the payload belongs to another variable "
+    "(another name or shape) or was written by a compressor of another configuration; "
+    "decode each payload with the ctx that compress{suffix}() returned for the same variable")
+
+
+def _dense_mode_checks(meta, sections, n):
+    """A dense-mode payload declares k = count = n, aux 0, and carries no
+    index and no permutation bytes."""
+    return [
+        check(tf.logical_and(tf.equal(meta[F_K], n), tf.equal(meta[F_COUNT], n)),
+              "dense payload: fields k and count must equal the tensor's size"),
+        check(tf.logical_and(tf.equal(meta[F_AUX0], 0), tf.equal(meta[F_AUX1], 0)),
+              "dense payload: fields aux0/aux1 must be 0"),
+        check(tf.logical_and(tf.equal(tf.size(sections[0]), 0), tf.equal(tf.size(sections[2]), 0)),
+              "dense payload: index and permutation sections must be empty"),
+    ]
 
 
 def _key_seed(key, seed):
@@ -319,28 +353,43 @@ class Compressor(tf.Module):
                       positions)
         return ctx, self.record(ctx)
 
-    def _meta(self, mode, dtype, n, k, count, aux, extra=()):
+    def identity(self, key, shape):
+        """The config field of key's payloads (see the module docstring):
+        equal on every worker with this configuration, different for
+        another key or shape."""
+        return _identity(self.config_id, key, shape)
+
+    def _check_identity(self, meta, identity, what, suffix=""):
+        """The assertion that meta's config field is `identity` (None eagerly:
+        an InvalidArgumentError then raises at once)."""
+        return check(tf.equal(meta[F_CONFIG], tf.constant(identity, tf.int64)),
+                     IDENTITY_MISMATCH.format(what=what, suffix=suffix))
+
+    def _meta(self, mode, dtype, n, k, count, aux, extra=(), config=None):
+        config = self.config_id if config is None else config
         return tf.stack([
             _i64(mode), tf.constant(self.index_codec.codec_id, tf.int64),
             tf.constant(self.value_codec.codec_id, tf.int64),
             tf.constant(DTYPE_CODES[dtype], tf.int64), tf.constant(n, tf.int64),
-            tf.constant(self.config_id, tf.int64), _i64(k), _i64(count), _i64(aux[0]),
+            tf.constant(config, tf.int64), _i64(k), _i64(count), _i64(aux[0]),
             _i64(aux[1])] + [_i64(e) for e in extra])
 
     @staticmethod
     def _raw_bytes(x):
         return value_codecs.RawValue().encode(x, None).section
 
-    def _dense_payload(self, x):
+    def _dense_payload(self, x, identity):
         n = x.shape.num_elements()
         empty = tf.zeros([0], tf.uint8)
-        meta = self._meta(MODE_DENSE, x.dtype, n, n, n, (0, 0))
+        meta = self._meta(MODE_DENSE, x.dtype, n, n, n, (0, 0), config=identity)
         return payload_ops.pack([empty, self._raw_bytes(x), empty], meta)
 
     # ---------------------------------------------------------------- encoding
     def _encode_sparse(self, x, seed, lengths=None):
         """x: flat compensated gradient (one tensor, or a bucket's sparse
-        section with segment `lengths`). Returns an _Encoded."""
+        section with segment `lengths`). Returns (_Encoded, ok): ok is a bool
+        tensor, False if the value codec decoded a finite value to NaN/Inf in
+        x's dtype (a rounding overflow), or None for the raw value codec."""
         n = x.shape.num_elements()
         dtype = x.dtype
         empty = tf.zeros([0], tf.uint8)
@@ -363,12 +412,14 @@ class Compressor(tf.Module):
             count = tf.size(positions, out_type=tf.int64)
             values = tf.gather(x, positions)
         vc = self.value_codec
+        ok = None
         if vc.name == "raw":
             venc = vc.encode(values, seed)
             decoded = values
         else:
             venc = vc.encode(tf.cast(values, tf.float32), seed)
-            decoded = tf.cast(vc.decode(venc.section, count, dtype), dtype)
+            decoded = tf.cast(vc.decode(venc.section, count, dtype, n), dtype)
+            ok = tf.reduce_all(tf.math.is_finite(decoded))
         order = positions
         perm_section = empty
         if venc.perm is not None:
@@ -383,7 +434,7 @@ class Compressor(tf.Module):
             local = tf.scatter_nd(tf.expand_dims(order, 1), decoded, [n])
         return _Encoded(tf.constant(MODE_SPARSE, tf.int64), ienc.section, venc.section,
                         perm_section, k, count, tf.cast(ienc.aux[0], tf.int64),
-                        tf.cast(ienc.aux[1], tf.int64), local)
+                        tf.cast(ienc.aux[1], tf.int64), local), ok
 
     def _encode_dense(self, x):
         n = x.shape.num_elements()
@@ -393,21 +444,43 @@ class Compressor(tf.Module):
         return _Encoded(tf.constant(MODE_DENSE, tf.int64), empty, self._raw_bytes(x), empty,
                         nn, nn, zero, zero, x)
 
+    def value_limit(self, dtype):
+        """The largest |x| the value codec carries for a gradient of `dtype`
+        (values beyond it, and NaN/Inf, make the step send x dense)."""
+        limit = float(tf.as_dtype(dtype).max)
+        if self.value_codec.name != "raw":  # the codecs work in float32
+            limit = min(limit, float(tf.float32.max))
+        if self.value_codec.max_abs is not None:
+            limit = min(limit, float(self.value_codec.max_abs))
+        return limit
+
     def _encode_guarded(self, x, key, seed, lengths=None):
-        """Memory-compensated x -> (_Encoded, memory update op), with the
-        non-finite policy."""
+        """Memory-compensated x -> (_Encoded, memory update op).
+
+        The step is sent dense, in x's own dtype, when x holds a value the
+        value codec cannot carry: NaN/Inf (nonfinite='dense'; 'raise' fails
+        the step instead), a finite value beyond the codec's range (fp16
+        above 65504, ...), or one the codec rounds to Inf in x's dtype. A
+        dense step leaves the residual empty, except for NaN/Inf: then the
+        residual is kept (or reset if it is not finite itself)."""
         if self.nonfinite == "raise":
             x = tf.debugging.assert_all_finite(
                 x, message=f"gradient {key!r} holds NaN or Inf (nonfinite='raise')")
+        # One pass: NaN and Inf compare False as well.
+        fits = tf.reduce_all(tf.abs(x) <= tf.constant(self.value_limit(x.dtype), x.dtype))
+
+        def sparse():
+            enc, ok = self._encode_sparse(x, seed, lengths)
+            if ok is None:
+                return enc
+            return tf.cond(ok, lambda: enc, lambda: self._encode_dense(x))
+
+        enc = _Encoded(*tf.cond(fits, sparse, lambda: self._encode_dense(x)))
+        keep = None
         if self.nonfinite == "dense":
-            finite = tf.reduce_all(tf.math.is_finite(x))
-            enc = tf.cond(finite, lambda: self._encode_sparse(x, seed, lengths),
-                          lambda: self._encode_dense(x))
-            enc = _Encoded(*enc)
-            update = self.memory.update(key, x, enc.local, keep=tf.logical_not(finite))
-        else:
-            enc = self._encode_sparse(x, seed, lengths)
-            update = self.memory.update(key, x, enc.local)
+            keep = tf.cond(fits, lambda: tf.constant(False),
+                           lambda: tf.logical_not(tf.reduce_all(tf.math.is_finite(x))))
+        update = self.memory.update(key, x, enc.local, keep=keep)
         return enc, update
 
     def _decode_sparse(self, meta, sections, n, dtype):
@@ -417,12 +490,13 @@ class Compressor(tf.Module):
         k, count = meta[F_K], meta[F_COUNT]
         count = guarded(count,
                         check(count <= n, "payload header: value count exceeds the tensor's size"),
-                        check(k <= count, "payload header: K exceeds the value count"))
+                        check(k <= count, "payload header: K exceeds the value count"),
+                        *self._unused_checks(meta, sections))
         vc = self.value_codec
         if self.sparsifier.dense:
             count = guarded(count, check(tf.equal(count, n),
                                          "dense-sparsifier payload must carry n values"))
-            values = vc.decode(value_section, count, dtype)
+            values = vc.decode(value_section, count, dtype, n)
             if vc.sorting:
                 perm = payload_ops.perm_decode(perm_section, count)
                 return tf.scatter_nd(tf.expand_dims(perm, 1), tf.cast(values, dtype), [n])
@@ -438,7 +512,7 @@ class Compressor(tf.Module):
             positions = guarded(positions, check(
                 tf.equal(tf.size(positions, out_type=tf.int64), count),
                 "decoded positions differ in number from the payload header's value count"))
-        values = vc.decode(value_section, count, dtype)
+        values = vc.decode(value_section, count, dtype, n)
         if vc.sorting and not self.index_codec.carries_order:
             perm = payload_ops.perm_decode(perm_section, count)
             positions = tf.gather(positions, perm)
@@ -452,7 +526,10 @@ class Compressor(tf.Module):
         Args:
           tensor: float16/bfloat16/float32/float64 tensor of static shape.
           name: the variable's name (the memory key); required with residual
-            memory.
+            memory. The payload's config field fingerprints it with the
+            shape and the configuration, so that decompress() refuses the
+            payload of another variable; with name=None that identity is
+            the shape (and configuration) only.
 
         Returns:
           (payload, ctx): payload is a uint8 vector; ctx a Context, kept
@@ -466,19 +543,21 @@ class Compressor(tf.Module):
         key = self._key(name)
         tensor = self._check_tensor(tensor, key)
         n = tensor.shape.num_elements()
+        identity = self.identity(key, tensor.shape)
         dense = n < self.min_size
         x = tf.reshape(tensor, [-1])
         seeded = self._needs_seed(dense)
         deps = self.state_dependencies(key, None if dense else x, seeded)
         with tf.control_dependencies(deps):
             if dense:
-                payload = self._dense_payload(x)
+                payload = self._dense_payload(x, identity)
                 ctx, effects = self._context(key, tensor, True, payload)
                 return guarded(payload, *effects), ctx
             x = self.memory.compensate(x, key)
             seed = self.step_seed(key) if seeded else tf.constant(0, tf.int64)
             enc, update = self._encode_guarded(x, key, seed)
-            meta = self._meta(enc.mode, x.dtype, n, enc.k, enc.count, (enc.aux0, enc.aux1))
+            meta = self._meta(enc.mode, x.dtype, n, enc.k, enc.count, (enc.aux0, enc.aux1),
+                              config=identity)
             payload = payload_ops.pack([enc.index, enc.value, enc.perm], meta)
             ctx, effects = self._context(key, tensor, False, payload)
             return guarded(payload, update, *effects), ctx
@@ -496,22 +575,27 @@ class Compressor(tf.Module):
 
         Raises:
           InvalidArgumentError: (run time) a corrupted, truncated, extended,
-            foreign or newer-format payload; the message says which.
+            foreign or newer-format payload, or the payload of another
+            variable (another name or shape, even of the same size); the
+            message says which.
         """
         if not isinstance(ctx, Context):
             raise TypeError(f"ctx must be the Context returned by compress(), got {ctx!r}")
         n, dtype = ctx.n, ctx.dtype
         expected = {F_INDEX: self.index_codec.codec_id, F_VALUE: self.value_codec.codec_id,
-                    F_DTYPE: DTYPE_CODES[dtype], F_N: n, F_CONFIG: self.config_id}
+                    F_DTYPE: DTYPE_CODES[dtype], F_N: n}
         if ctx.dense:
             expected[F_MODE] = MODE_DENSE
         meta, sections = payload_ops.unpack(payload, NUM_SECTIONS, len(META_FIELDS),
                                             expected=expected, field_names=list(META_FIELDS))
-        if ctx.dense:
-            flat = value_codecs.RawValue().decode(sections[1], tf.constant(n, tf.int64), dtype)
-        else:
-            flat = self._decode_modes(meta, sections, n, dtype)
-        return tf.reshape(flat, ctx.shape)
+        same = self._check_identity(meta, self.identity(ctx.name, ctx.shape),
+                                    f"variable {ctx.name!r} of shape {ctx.shape.as_list()}")
+        with tf.control_dependencies([same] if same is not None else []):
+            if ctx.dense:
+                flat = self._decode_dense(meta, sections, n, dtype)
+            else:
+                flat = self._decode_modes(meta, sections, n, dtype)
+            return tf.reshape(flat, ctx.shape)
 
     def _decode_modes(self, meta, sections, n, dtype):
         mode = meta[F_MODE]
@@ -519,7 +603,32 @@ class Compressor(tf.Module):
         return tf.cond(
             tf.equal(mode, MODE_SPARSE),
             lambda: self._decode_sparse(meta, sections, n, dtype),
-            lambda: value_codecs.RawValue().decode(sections[1], tf.constant(n, tf.int64), dtype))
+            lambda: self._decode_dense(meta, sections, n, dtype))
+
+    def _decode_dense(self, meta, sections, n, dtype):
+        """A dense-mode payload: n raw values; every other field zero or n,
+        the index and permutation sections empty."""
+        section = guarded(sections[1], *_dense_mode_checks(meta, sections, n))
+        return value_codecs.RawValue().decode(section, tf.constant(n, tf.int64), dtype)
+
+    def _unused_checks(self, meta, sections):
+        """Checks that a sparse-mode payload leaves unused fields zero and
+        unused sections empty (a CRC-valid payload is not trusted)."""
+        checks = []
+        if not self.index_codec.uses_aux:
+            checks.append(check(tf.logical_and(tf.equal(meta[F_AUX0], 0),
+                                               tf.equal(meta[F_AUX1], 0)),
+                                f"payload fields aux0/aux1 must be 0 with index codec "
+                                f"{self.index_codec.name!r}"))
+        vc = self.value_codec
+        if not (vc.sorting and (self.sparsifier.dense or not self.index_codec.carries_order)):
+            checks.append(check(tf.equal(tf.size(sections[2]), 0),
+                                "payload permutation section must be empty for this "
+                                "configuration"))
+        if self.sparsifier.dense:
+            checks.append(check(tf.equal(tf.size(sections[0]), 0),
+                                "payload index section must be empty without a sparsifier"))
+        return checks
 
     # ----------------------------------------------------------------- buckets
     @_graph_safe
@@ -578,11 +687,14 @@ class Compressor(tf.Module):
         parts = []
         if b.sparse_n:
             parts.append(self._decode_modes(meta, sections, b.sparse_n, b.dtype))
+        else:  # no sparse section: its fields and sections are empty
+            parts.append(self._decode_dense(meta, sections, 0, b.dtype))
         if b.dense_n:
             parts.append(value_codecs.RawValue().decode(
                 sections[3], tf.constant(b.dense_n, tf.int64), b.dtype))
-        if not parts:  # a bucket of empty tensors
-            return tf.zeros([0], b.dtype)
+        else:
+            parts[0] = guarded(parts[0], check(tf.equal(tf.size(sections[3]), 0),
+                                               "bucket payload's dense section must be empty"))
         return tf.reshape(parts[0] if len(parts) == 1 else tf.concat(parts, 0), [b.n])
 
     def plan(self, keys, tensors):
@@ -616,7 +728,9 @@ class Compressor(tf.Module):
 
         Args:
           slices: tf.IndexedSlices with values [m, ...] and indices [m].
-          name: the variable's name (for accounting).
+          name: the variable's name (for accounting, and with the dense
+            shape the payload's identity, as in compress(); with name=None
+            the identity is the dense shape only).
           dense_shape: the dense gradient's static shape, if
             slices.dense_shape is not statically known.
 
@@ -671,7 +785,7 @@ class Compressor(tf.Module):
                 tf.constant(MODE_SLICES, tf.int64), tf.constant(codec.codec_id, tf.int64),
                 tf.constant(vc.codec_id, tf.int64), tf.constant(DTYPE_CODES[dtype], tf.int64),
                 tf.constant(dense_shape.num_elements(), tf.int64),
-                tf.constant(self.config_id, tf.int64), u, count,
+                tf.constant(self.identity(key, dense_shape), tf.int64), u, count,
                 tf.constant(vocab, tf.int64), tf.constant(width, tf.int64)])
             payload = payload_ops.pack([ienc.section, vsec, perm_section], meta)
             nbytes = tf.size(payload, out_type=tf.int64)
@@ -687,22 +801,29 @@ class Compressor(tf.Module):
     @_graph_safe
     def decompress_slices(self, payload, ctx):
         """Decodes a compress_slices() payload of any worker: tf.IndexedSlices
-        with sorted unique int64 row indices."""
+        with sorted unique int64 row indices. The payload of another variable
+        (name or dense shape) is refused like in decompress()."""
         if not isinstance(ctx, SlicesContext):
             raise TypeError(f"ctx must be the SlicesContext of compress_slices(), got {ctx!r}")
         codec = self._slices_row_codec()
         vocab = int(ctx.dense_shape[0])
         expected = {F_MODE: MODE_SLICES, F_INDEX: codec.codec_id,
                     F_VALUE: self.value_codec.codec_id, F_DTYPE: DTYPE_CODES[ctx.dtype],
-                    F_N: ctx.dense_shape.num_elements(), F_CONFIG: self.config_id,
-                    F_AUX0: vocab, F_AUX1: ctx.row_width}
+                    F_N: ctx.dense_shape.num_elements(), F_AUX0: vocab,
+                    F_AUX1: ctx.row_width}
         meta, (isec, vsec, psec) = payload_ops.unpack(
             payload, NUM_SECTIONS, len(META_FIELDS), expected=expected,
             field_names=list(META_FIELDS))
+        # Rows and values are read from meta (u, count): guarding meta
+        # orders the identity check before any decoding.
+        meta = guarded(meta, self._check_identity(
+            meta, self.identity(ctx.name, ctx.dense_shape),
+            f"variable {ctx.name!r} of dense shape {ctx.dense_shape.as_list()}", "_slices"))
         u, count = meta[F_K], meta[F_COUNT]
         rows = codec.decode(isec, vocab, u, None)
         vc = self.value_codec
-        values = tf.cast(vc.decode(vsec, count, ctx.dtype), ctx.dtype)
+        values = tf.cast(vc.decode(vsec, count, ctx.dtype, ctx.dense_shape.num_elements()),
+                         ctx.dtype)
         if vc.sorting:
             perm = payload_ops.perm_decode(psec, count)
             values = tf.scatter_nd(tf.expand_dims(perm, 1), values, [count])

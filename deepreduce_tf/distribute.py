@@ -36,7 +36,9 @@ What does not go through the compressor (by design, documented):
   * MirroredStrategy itself routes int32 values and reductions to the host
     (strategy.reduce(..., axis=None) of a metric to "/cpu:0") to
     tf.distribute.ReductionToOneDevice, and with one replica it skips the
-    cross-device ops entirely; under MultiWorkerMirroredStrategy reductions
+    cross-device ops entirely (DeepReduceCrossDeviceOps then warns, once,
+    with a SingleReplicaWarning: nothing is compressed and the byte counters
+    stay at zero); under MultiWorkerMirroredStrategy reductions
     of per-host values use the strategy's own host collective. These are
     never gradients of a training step. Under XLA with all-GPU devices
     MirroredStrategy ignores cross_device_ops (TensorFlow's own rule).
@@ -61,6 +63,7 @@ gradients, travel between workers.
 """
 import copy
 import threading
+import warnings
 
 import tensorflow as tf
 from tensorflow.python.distribute import cross_device_ops as cdo_lib
@@ -76,8 +79,26 @@ from deepreduce_tf.memory import ensure_initialized
 from deepreduce_tf.params import from_params
 from deepreduce_tf.transport import CollectiveTransport, LocalTransport
 
-__all__ = ["BytesCallback", "DeepReduceCollectiveOps", "DeepReduceCrossDeviceOps", "get_ops",
-           "install", "local_variable_factory", "multi_worker_strategy", "write_scalar"]
+__all__ = ["BytesCallback", "DeepReduceCollectiveOps", "DeepReduceCrossDeviceOps",
+           "SingleReplicaWarning", "get_ops", "install", "local_variable_factory",
+           "multi_worker_strategy", "write_scalar"]
+
+
+class SingleReplicaWarning(RuntimeWarning):
+    """DeepReduce cross-device ops under a strategy of one replica: TensorFlow
+    never calls them, so nothing is compressed and the counters stay at 0."""
+
+
+SINGLE_REPLICA_MESSAGE = (
+    "DeepReduceCrossDeviceOps is not used: the strategy has a single replica, and "
+    "MirroredStrategy then reduces without calling its cross-device ops, so nothing is "
+    "compressed and step_bytes(), totals() and BytesCallback report 0 bytes. Give the strategy "
+    "two or more devices: GPUs, e.g. tf.distribute.MirroredStrategy([\"/gpu:0\", \"/gpu:1\"], "
+    "cross_device_ops=ops), or, on a CPU-only machine, two logical CPUs configured before "
+    "TensorFlow initialises: cpu = tf.config.list_physical_devices(\"CPU\")[0]; "
+    "tf.config.set_logical_device_configuration(cpu, "
+    "[tf.config.LogicalDeviceConfiguration()] * 2); then "
+    "tf.distribute.MirroredStrategy([\"/cpu:0\", \"/cpu:1\"], cross_device_ops=ops).")
 
 
 def local_variable_factory(device):
@@ -188,6 +209,8 @@ class _DeepReduceState:
         self._exchanges = {}
         self._wire = {}
         self._state_lock = threading.RLock()
+        self._implementation_calls = 0
+        self._single_replica_warned = False
 
     @property
     def params(self):
@@ -239,7 +262,9 @@ class _DeepReduceState:
         Returns {"dense_bytes", "sent_bytes", "ratio", "replicas"}: dense =
         bytes one replica's uncompressed tensors would take, sent = mean over
         this process's replicas of the payload bytes each sent (batch
-        container included), ratio = dense / sent.
+        container included), ratio = dense / sent. All zero before the
+        first exchange, and under a strategy of one replica, which never
+        calls the ops (see SingleReplicaWarning).
         """
         comps = [c for c in self.compressors if c.ledger is not None]
         if not comps:
@@ -288,11 +313,37 @@ class DeepReduceCrossDeviceOps(_DeepReduceState, cdo_lib.CrossDeviceOps):
       ValueError / TypeError at construction: an invalid configuration
         (e.g. the 'allreduce' communicator with a codec whose payloads
         cannot be summed), with the reason.
+
+    Warns:
+      SingleReplicaWarning, once, the first time TensorFlow reduces values of
+        a single replica without calling these ops (a MirroredStrategy of one
+        device): nothing is compressed; the message says how to get two
+        replicas on one machine.
     """
 
     def __init__(self, spec, accounting=True, communicator=None):
         cdo_lib.CrossDeviceOps.__init__(self)
         self._init_state(spec, accounting, communicator)
+
+    # TensorFlow's reduce() / batch_reduce() return values of ONE replica
+    # as they are, without calling the *_implementation methods: with a
+    # single replica, DeepReduce never runs. Say so, once.
+    def reduce(self, reduce_op, per_replica_value, destinations, options=None):
+        calls = self._implementation_calls
+        out = super().reduce(reduce_op, per_replica_value, destinations, options)
+        self._warn_if_skipped(calls)
+        return out
+
+    def batch_reduce(self, reduce_op, value_destination_pairs, options=None):
+        calls = self._implementation_calls
+        out = super().batch_reduce(reduce_op, value_destination_pairs, options)
+        self._warn_if_skipped(calls)
+        return out
+
+    def _warn_if_skipped(self, calls_before):
+        if self._implementation_calls == calls_before and not self._single_replica_warned:
+            self._single_replica_warned = True
+            warnings.warn(SINGLE_REPLICA_MESSAGE, SingleReplicaWarning, stacklevel=3)
 
     def reduce_implementation(self, reduce_op, per_replica_value, destinations, options):
         return self.batch_reduce_implementation(
@@ -300,6 +351,7 @@ class DeepReduceCrossDeviceOps(_DeepReduceState, cdo_lib.CrossDeviceOps):
 
     def batch_reduce_implementation(self, reduce_op, value_destination_pairs, options):
         with self._state_lock:
+            self._implementation_calls += 1
             return self._batch_reduce(reduce_op, list(value_destination_pairs), options)
 
     def _batch_reduce(self, reduce_op, pairs, options):

@@ -15,6 +15,7 @@ restoring before the variables exist is deferred until they are created.
 import abc
 import collections
 import re
+import sys
 import weakref
 
 import tensorflow as tf
@@ -34,7 +35,8 @@ class Memory(tf.Module, abc.ABC):
     def update(self, key, compensated, decoded, keep=None):
         """Stores compensated - decoded for `key`. keep: optional bool scalar
         tensor; where True the stored residual is left unchanged (a step that
-        was sent dense because it held NaN/Inf). Returns the update op (or
+        was sent dense because it held NaN/Inf), or reset to zero with a
+        warning if it is not finite itself. Returns the update op (or
         None): callers make their output depend on it, so that a TF1 graph
         runs it."""
 
@@ -149,10 +151,26 @@ class ResidualMemory(Memory):
 
     def update(self, key, compensated, decoded, keep=None):
         r = self.residual(key, like=compensated)
-        new = compensated - decoded
-        if keep is not None:
-            new = tf.where(keep, r.read_value(), new)
-        return r.assign(new)
+        if keep is None:
+            return r.assign(compensated - decoded)
+
+        def kept():
+            # A residual that is not finite (restored from an old run, say)
+            # would make every later step dense: reset it, and say so.
+            old = r.read_value()
+            return tf.cond(tf.reduce_all(tf.math.is_finite(old)), lambda: old,
+                           lambda: _reset(key, old))
+
+        return r.assign(tf.cond(keep, kept, lambda: compensated - decoded))
+
+
+def _reset(key, residual):
+    """Zeros for a non-finite residual, with a warning on stderr."""
+    warn = tf.print(f"deepreduce_tf: WARNING: the residual of {key!r} held NaN or Inf; it is "
+                    "reset to zero (the error feedback of earlier steps is lost)",
+                    output_stream=sys.stderr)
+    with tf.control_dependencies([warn]):
+        return tf.zeros_like(residual)
 
 
 MEMORIES = collections.OrderedDict((c.name_, c) for c in (NoMemory, ResidualMemory))

@@ -1,13 +1,16 @@
-"""deepreduce-bench end to end: flag validation, --helpfull, tiny runs, JSON, bytes.
+"""deepreduce-bench end to end: flag validation, --help, tiny runs, JSON, bytes.
 
 The runs are subprocesses started like the console script (the current
 directory is dropped from sys.path, so the installed package is used even
 from the repository root), on tiny settings: a few steps of batch 4-64 on
 synthetic data. Each has a bounded timeout; its whole process group (the
-local workers too) is killed if it expires.
+local workers too) is killed if it expires. They run without
+TF_CPP_MIN_LOG_LEVEL, so they also check that the command's own quiet
+default hides TensorFlow's log lines.
 """
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -19,6 +22,7 @@ from absl import flags as absl_flags
 
 import deepreduce_tf
 from deepreduce_tf import models
+from deepreduce_tf.benchmark import cli
 from deepreduce_tf.benchmark import flags as bench_flags
 from deepreduce_tf.benchmark import report
 from deepreduce_tf.benchmark.runner import CHILD_BOOTSTRAP
@@ -27,12 +31,27 @@ RUN_TIMEOUT = 600
 TINY = ["--num_batches=2", "--num_warmup_batches=1", "--codec_repeats=1", "--display_every=1"]
 # Top-k with raw indices and values: the payload size depends only on the shapes.
 DETERMINISTIC = ["--compressor=topk", "--compress_ratio=0.01", "--deepreduce=none"]
+# What TensorFlow prints unless it is told otherwise (--verbose brings it back).
+TF_NOISE = ("oneDNN", "cpu_feature_guard", "Using MirroredStrategy", "absl::InitializeLog",
+            "loop_optimizer")
+# deepreduce-bench in a process that reports, at exit, whether TensorFlow was imported.
+NO_TF_PROBE = ("import atexit, os, sys; sys.path.pop(0); "
+               "atexit.register(lambda: open(os.environ['TF_PROBE'], 'w').write("
+               "str('tensorflow' in sys.modules))); "
+               "from deepreduce_tf.benchmark.cli import main; main()")
+PLOT_BOOTSTRAP = ("import sys; sys.path.pop(0); "
+                  "from deepreduce_tf.benchmark.cli import plot_main; plot_main()")
 
 
-def bench(args, cwd, timeout=RUN_TIMEOUT):
-    """Runs deepreduce-bench `args` in `cwd`; returns (returncode, stdout, stderr)."""
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    proc = subprocess.Popen([sys.executable, "-c", CHILD_BOOTSTRAP] + list(args), cwd=cwd,
+def bench(args, cwd, timeout=RUN_TIMEOUT, env=None, code=CHILD_BOOTSTRAP):
+    """Runs deepreduce-bench `args` in `cwd`; returns (returncode, stdout, stderr).
+
+    env: extra environment variables. TF_CPP_MIN_LOG_LEVEL is removed: the
+    command's own default must keep TensorFlow quiet.
+    """
+    env = dict(os.environ, **(env or {}))
+    env.pop("TF_CPP_MIN_LOG_LEVEL", None)
+    proc = subprocess.Popen([sys.executable, "-c", code] + list(args), cwd=cwd,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:
@@ -71,6 +90,9 @@ def resolve(args):
     (["--num_workers=2", "--variable_update=replicated"], "several workers need"),
     (["--num_workers=2", "--worker_hosts=a:1,b:2"], "give one of them"),
     (["--worker_hosts=a:1,b:2", "--task_index=2"], "--task_index=2 is out of range"),
+    (["--num_workers=2", "--task_index=1"], "--task_index=1 needs --worker_hosts"),
+    (["--num_workers=2", "--task_index=0"], "--num_workers starts every local worker itself"),
+    (["--task_index=3"], "--task_index=3 needs --worker_hosts"),
     (["--worker_hosts=nohost"], "is not host:port"),
     (["--num_batches=5", "--num_epochs=1"], "not both"),
     (["--optimizer=lamb"], "--optimizer='lamb' is not valid"),
@@ -89,9 +111,13 @@ def test_missing_real_data_names_fetch_command(tmp_path):
 
 
 def test_defaults_are_the_readme_configuration():
+    from deepreduce_tf import data as dr_data
+
     config = resolve([])
+    # Real data when installed (else synthetic with a notice: test_bench_compare.py).
+    images = "fashion_mnist" if dr_data.find_fashion_mnist() else "synthetic"
     assert (config.model, config.data_name, config.variable_update, config.num_gpus) == (
-        "resnet20", "synthetic", "replicated", 2)
+        "resnet20", images, "replicated", 2)
     assert config.params == {"compressor": "topk", "compress_ratio": 0.01,
                              "communicator": "allgather", "deepreduce": "both",
                              "index": "bloom", "policy": "conflict_sets", "value": "polyfit",
@@ -104,24 +130,136 @@ def test_defaults_are_the_readme_configuration():
         "synthetic")
 
 
+def test_task_index_with_worker_hosts_is_accepted():
+    config = resolve(["--worker_hosts=a:1,b:2", "--task_index=1"] + DETERMINISTIC)
+    assert (config.task_index, config.worker_hosts) == (1, ["a:1", "b:2"])
+
+
+def test_general_flags_are_checked_without_the_codec_flags():
+    fv = absl_flags.FlagValues()
+    bench_flags.define_flags(fv, codecs=False)
+    assert "model" in fv and "verbose" in fv
+    assert not any(name in fv for name in ("index", "value", "fpr", "topk_scope"))
+    left = fv(["deepreduce-bench", "--model=ncf", "--fpr=0.01"], known_only=True)
+    assert left == ["deepreduce-bench", "--fpr=0.01"]
+    checked = bench_flags.check_flags(fv)
+    assert (checked["model"], checked["data_name"], checked["update"]) == (
+        "ncf", "synthetic", "replicated")
+    fv["num_workers"].value = 2
+    fv["task_index"].parse("1")
+    with pytest.raises(bench_flags.ConfigError, match="needs --worker_hosts"):
+        bench_flags.check_flags(fv)
+    bench_flags.define_flags(fv)  # the codec flags join later
+    assert "index" in fv and "fpr" in fv
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--model=vgg16"], "--model='vgg16' is not valid; valid choices: resnet20, resnet50, ncf"),
+    (["--num_workers=2", "--task_index=5"], "--task_index=5 needs --worker_hosts"),
+    (["--batch_size=abc"], "--batch_size=abc"),
+    (["--compress_ratio=2", "--fpr=0.01"], "--compress_ratio=2.0 must be in (0, 1]"),
+    (["--worker_hosts=a:1,b:2", "--task_index=2"], "--task_index=2 is out of range"),
+])
+def test_bad_flag_is_one_line_before_tensorflow(tmp_path, args, message):
+    probe = tmp_path / "tf_imported"
+    code, out, err = bench(args, tmp_path, timeout=60, env={"TF_PROBE": str(probe)},
+                           code=NO_TF_PROBE)
+    assert code == 1
+    assert out == ""
+    assert err.strip().splitlines() == [err.strip()]  # one line
+    assert err.startswith("deepreduce-bench: error: ") and message in err
+    assert probe.read_text() == "False"  # TensorFlow was never imported
+
+
 def test_bad_flag_exits_before_any_work(tmp_path):
     code, out, err = bench(["--index=huffman", "--output_json=r.json"], tmp_path, timeout=120)
-    assert code != 0
+    assert code == 1
+    assert err.startswith("deepreduce-bench: error: ") and len(err.strip().splitlines()) == 1
     assert "index='huffman' is not valid; valid choices:" in err
     assert "MirroredStrategy" not in err and "train [" not in err
     assert not (tmp_path / "r.json").exists()
 
 
-def test_helpfull_documents_the_flags(tmp_path):
-    code, out, err = bench(["--helpfull"], tmp_path, timeout=120)
-    assert code in (0, 1)  # absl's help flags exit with 1 after printing
-    text = out + err
+@pytest.mark.parametrize("workers", [[], ["--num_workers=2"]])
+def test_broken_op_library_is_one_error_before_training(tmp_path, workers):
+    lib = tmp_path / "_deepreduce_ops.so"
+    lib.write_bytes(b"")  # exists, is not a library
+    # Its build record names the running TensorFlow, so the loader gets as far as loading it.
+    (tmp_path / "_deepreduce_ops.json").write_text(json.dumps({"tf_version": tf.__version__}))
+    code, out, err = bench(TINY + DETERMINISTIC + workers + ["--output_json=r.json"], tmp_path,
+                           timeout=120, env={"DEEPREDUCE_TF_OPS_LIB": str(lib)})
+    assert code == 1
+    assert "Traceback" not in err and "train [" not in err and "launching" not in err
+    assert err.startswith("deepreduce-bench: error: deepreduce_tf could not load its op library")
+    assert err.count("could not load its op library") == 1
+    assert f"{lib}: load failed" in err
+    assert not (tmp_path / "r.json").exists()
+
+
+@pytest.mark.parametrize("flag", ["--helpfull", "-h"])
+def test_help_lists_this_commands_flags(tmp_path, flag):
+    code, out, err = bench([flag], tmp_path, timeout=120)
+    assert code == 0, err[-3000:]
     for name in ("model", "batch_size", "num_batches", "num_epochs", "data_name", "data_dir",
                  "optimizer", "init_learning_rate", "variable_update", "num_gpus",
                  "worker_hosts", "task_index", "train_dir", "eval", "compressor",
                  "compress_ratio", "memory", "communicator", "deepreduce", "index", "value",
-                 "fpr", "policy", "num_workers", "fetch_data", "output_json", "plot"):
-        assert f"--{name}:" in text or f"--[no]{name}:" in text, name
+                 "fpr", "policy", "num_workers", "fetch_data", "output_json", "plot",
+                 "verbose"):
+        assert f"--{name}:" in out or f"--[no]{name}:" in out, name
+    # Only this command's flags: none of TensorFlow's or absl's (TPU, tensor tracer, logging).
+    assert "--tpu" not in out and "tensor_tracer" not in out and "--logtostderr" not in out
+    assert out.index("model and data:") < out.index("--model:") < out.index("codec parameters:")
+    assert err == ""
+
+
+def test_plot_help_lists_its_flags(tmp_path):
+    code, out, err = bench(["--help"], tmp_path, timeout=60, code=PLOT_BOOTSTRAP)
+    assert code == 0, err[-3000:]
+    assert "--out:" in out and "--title:" in out
+    assert "--model" not in out and "--logtostderr" not in out
+
+
+def test_quiet_environment():
+    env = {}
+    cli.quiet_environment(env, verbose=False)
+    assert env == {"TF_CPP_MIN_LOG_LEVEL": "3"}
+    env = {"TF_CPP_MIN_LOG_LEVEL": "1"}  # the user's choice stays
+    cli.quiet_environment(env, verbose=False)
+    assert env == {"TF_CPP_MIN_LOG_LEVEL": "1"}
+    env = {}
+    cli.quiet_environment(env, verbose=True)
+    assert env == {}
+
+
+class _Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+class _Stream:
+    def __init__(self):
+        self.lines = []
+
+    def write(self, text):
+        self.lines += text.splitlines()
+
+    def flush(self):
+        pass
+
+
+def test_progress_eta_counts_the_steps_after_the_first():
+    clock, stream = _Clock(), _Stream()
+    bar = report.ProgressBar(20, stream=stream, clock=clock)
+    clock.now = 100.0  # the first step traces the graph: 100 s
+    bar.update(1)
+    assert "eta --:--" in stream.lines[-1] and " 01:40 " in stream.lines[-1]
+    clock.now = 102.0  # then 1 s per step: 17 steps left (not 102 / 3 * 17 s)
+    bar.update(3)
+    assert "eta 00:17" in stream.lines[-1]
 
 
 # ---------------------------------------------------------------------------
@@ -151,10 +289,23 @@ def test_resnet20_two_replicas_bytes_match_the_compressor(tmp_path):
     code, out, err = bench(TINY + DETERMINISTIC + [
         "--batch_size=4", "--eval", "--num_eval_examples=40", "--train_dir=run"], tmp_path)
     assert code == 0, err[-3000:]
-    assert "deepreduce-bench summary" in out and "sent bytes/step" in out
+    assert "deepreduce-bench summary" in out
+    for label in ("sent bytes per step per replica", "dense bytes per step per replica",
+                  "step time (ms, mean of the timed", "test accuracy (--eval, 40 examples)"):
+        assert label in out, label
     assert "train [" in err  # the progress bar
+    assert "building the compressed training step" in err
+    assert re.search(r"^first step: \d+\.\d s", err, re.M)
+    for noise in TF_NOISE:
+        assert noise not in out + err, noise
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     _check_results(results, "resnet20", replicas=2, workers=1)
+    # The summary's loss is the mean of the recorded window, and says so.
+    window = results["config"]["loss_window"]
+    label = "the last step" if window == 1 else f"mean of the last {window} steps"
+    assert f"train loss ({label})" in out
+    history_losses = [h["loss"] for h in results["history"]]  # display_every=1: every step
+    assert results["metrics"]["final_loss"] == pytest.approx(np.mean(history_losses[-window:]))
     assert any(p.name.startswith("events.out.tfevents") for p in (tmp_path / "run" / "logs")
                .iterdir())  # TensorBoard scalars
     assert results["config"]["variable_update"] == "replicated"
@@ -187,6 +338,8 @@ def test_ncf_two_local_workers(tmp_path):
     code, out, err = bench(args, tmp_path)
     assert code == 0, err[-3000:]
     assert "launching 2 local workers" in err
+    for noise in TF_NOISE:  # worker 0 writes to this stderr
+        assert noise not in out + err, noise
     results = json.loads((tmp_path / "out" / "ncf.json").read_text())
     _check_results(results, "ncf", replicas=2, workers=2)
     assert results["config"]["variable_update"] == "collective_all_reduce"

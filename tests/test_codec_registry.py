@@ -256,7 +256,7 @@ class ByteReverseValue(vc.ValueCodec):
         return vc.ValueEncoding(tf.bitwise.bitwise_xor(data, tf.constant(self.xor, tf.uint8)),
                                 None)
 
-    def decode(self, section, count, dtype):
+    def decode(self, section, count, dtype, limit):
         data = tf.reverse(tf.bitwise.bitwise_xor(section, tf.constant(self.xor, tf.uint8)), [0])
         return tf.bitcast(tf.reshape(data, [-1, 4]), tf.float32)
 

@@ -1,10 +1,13 @@
 """The op-library loader: lazy, loud and version-aware.
 
 Every case runs in a fresh interpreter (sys.executable) so that the loader's
-once-per-process state starts empty. A broken installation is simulated by
-copying the installed deepreduce_tf package into a temporary directory, with
-or without its library, and putting that directory first on PYTHONPATH; the
-subprocess runs in that directory so that the source tree is never imported.
+once-per-process state starts empty. An installation, good or broken, is
+simulated by copying the deepreduce_tf package this process imported into a
+temporary directory, with or without the library this process loaded (the
+package's own, or the one DEEPREDUCE_TF_OPS_LIB names in a source-tree run,
+see conftest), and putting that directory first on PYTHONPATH; the
+subprocess runs in that directory so that the source tree is never imported
+by accident.
 """
 import json
 import os
@@ -22,6 +25,12 @@ from deepreduce_tf.ops import _loader
 LIB = _loader.LIB_NAME + ".so"
 SIDECAR = _loader.LIB_NAME + ".json"
 INSTALLED_PKG = os.path.dirname(os.path.abspath(deepreduce_tf.__file__))
+# The library this process uses: the package's own, else (a source-tree run)
+# the one DEEPREDUCE_TF_OPS_LIB names.
+GOOD_LIB = (os.path.join(INSTALLED_PKG, "ops", LIB)
+            if os.path.exists(os.path.join(INSTALLED_PKG, "ops", LIB))
+            else os.path.abspath(os.environ[_loader.ENV_PATH]))
+GOOD_SIDECAR = os.path.splitext(GOOD_LIB)[0] + ".json"
 RUNNING_MINOR = ".".join(tf.__version__.split(".")[:2])
 
 # Prepended to every subprocess script: records calls of tf.load_op_library.
@@ -41,12 +50,13 @@ def report(**kw):
 
 
 def run_python(code, cwd, pythonpath=None, lib_env=None, timeout=120):
+    """Runs PRELUDE + code in a fresh interpreter that imports the package
+    copy under `pythonpath`, by default the deepreduce_tf this process
+    imported; DEEPREDUCE_TF_OPS_LIB is `lib_env` (unset for None)."""
     env = dict(os.environ)
     env.pop(_loader.ENV_PATH, None)
-    env.pop("PYTHONPATH", None)
     env["TF_CPP_MIN_LOG_LEVEL"] = "2"
-    if pythonpath:
-        env["PYTHONPATH"] = pythonpath
+    env["PYTHONPATH"] = pythonpath or os.path.dirname(INSTALLED_PKG)
     if lib_env is not None:
         env[_loader.ENV_PATH] = lib_env
     proc = subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(code)],
@@ -61,19 +71,18 @@ def run_python(code, cwd, pythonpath=None, lib_env=None, timeout=120):
 
 
 def copy_package(tmp_path, with_lib=True, with_sidecar=True):
-    """A copy of the installed package under tmp_path/site; returns (site, ops dir)."""
+    """A copy of this process's package under tmp_path/site, holding GOOD_LIB
+    and its build record as its own library (each if asked); returns
+    (site, ops dir)."""
     site = tmp_path / "site"
     dest = site / "deepreduce_tf"
-
-    def ignore(directory, names):
-        drop = {"__pycache__"}
-        if not with_lib:
-            drop.add(LIB)
-        if not with_sidecar:
-            drop.add(SIDECAR)
-        return [n for n in names if n in drop]
-
-    shutil.copytree(INSTALLED_PKG, dest, ignore=ignore)
+    shutil.copytree(INSTALLED_PKG, dest,
+                    ignore=lambda d, names: [n for n in names
+                                             if n in ("__pycache__", LIB, SIDECAR)])
+    if with_lib:
+        shutil.copy(GOOD_LIB, dest / "ops" / LIB)
+    if with_sidecar:
+        shutil.copy(GOOD_SIDECAR, dest / "ops" / SIDECAR)
     return str(site), dest / "ops"
 
 
@@ -110,24 +119,63 @@ def check_error_message(msg, paths):
     assert _loader.ENV_PATH in msg
 
 
-def test_env_path_missing_falls_back_to_package(tmp_path):
+def check_override_named(msg, path):
+    """The message says the variable is set, to which path, and what to do."""
+    assert f"{_loader.ENV_PATH} is set to {path}" in msg
+    assert f"unset {_loader.ENV_PATH}" in msg and "fix the path" in msg
+
+
+def test_env_path_missing_is_an_error(tmp_path):
+    """A variable naming no file is a mistake to report, not a reason to
+    load the package's own library instead (which exists here)."""
+    site, ops_dir = copy_package(tmp_path)
     missing = str(tmp_path / "nowhere" / LIB)
-    r = run_python(TRY_LOAD, cwd=str(tmp_path), lib_env=missing)
-    assert r["file"].startswith(INSTALLED_PKG)
-    assert r["errors"] == [None, None] and r["op_error"] is None
-    assert r["info"]["tf_version"] == tf.__version__
-    # The environment path is tried first, then the package's own library.
-    assert r["candidates"] == [missing, os.path.join(INSTALLED_PKG, "ops", LIB)]
-    assert r["loads"] == [os.path.join(INSTALLED_PKG, "ops", LIB)]
+    r = run_python(TRY_LOAD, cwd=str(tmp_path), pythonpath=site, lib_env=missing)
+    assert r["file"].startswith(site)
+    assert r["candidates"] == [missing]
+    msg = r["errors"][0]
+    assert msg is not None and r["errors"][1] == msg
+    check_error_message(msg, [missing])
+    check_override_named(msg, missing)
+    assert f"{missing}: no such file" in msg
+    assert str(ops_dir / LIB) not in msg
+    assert r["loads"] == [], "the package's library was loaded despite the variable"
+    assert r["op_error"].startswith("OpLibraryError: deepreduce_tf could not load")
 
 
-def test_env_path_is_used_first(tmp_path):
+def test_env_path_relative_is_resolved(tmp_path):
+    """A relative path is taken from the working directory and named in full."""
+    site, _ = copy_package(tmp_path)
+    r = run_python(TRY_LOAD, cwd=str(tmp_path), pythonpath=site,
+                   lib_env=os.path.join("rel", LIB))
+    full = str(tmp_path / "rel" / LIB)
+    assert r["candidates"] == [full] and r["loads"] == []
+    check_override_named(r["errors"][0], full)
+
+
+def test_env_path_broken_library_is_an_error(tmp_path):
+    """A variable naming a library that fails to load: that failure is
+    reported, and the (good) package library is not loaded in its place."""
+    site, _ = copy_package(tmp_path)
+    lib_dir = tmp_path / "elsewhere"
+    lib_dir.mkdir()
+    (lib_dir / LIB).write_bytes(b"\x7fELF this is not a shared library")
+    shutil.copy(GOOD_SIDECAR, lib_dir / SIDECAR)
+    r = run_python(TRY_LOAD, cwd=str(tmp_path), pythonpath=site, lib_env=str(lib_dir / LIB))
+    msg = r["errors"][0]
+    check_error_message(msg, [str(lib_dir / LIB)])
+    check_override_named(msg, str(lib_dir / LIB))
+    assert "load failed" in msg
+    assert r["loads"] == [str(lib_dir / LIB)] * 3
+
+
+def test_env_path_is_used(tmp_path):
     """With the package's library missing, the env path alone suffices."""
     site, ops_dir = copy_package(tmp_path, with_lib=False, with_sidecar=False)
     lib_dir = tmp_path / "elsewhere"
     lib_dir.mkdir()
-    shutil.copy(os.path.join(INSTALLED_PKG, "ops", LIB), lib_dir / LIB)
-    shutil.copy(os.path.join(INSTALLED_PKG, "ops", SIDECAR), lib_dir / SIDECAR)
+    shutil.copy(GOOD_LIB, lib_dir / LIB)
+    shutil.copy(GOOD_SIDECAR, lib_dir / SIDECAR)
     r = run_python(TRY_LOAD, cwd=str(tmp_path), pythonpath=site,
                    lib_env=str(lib_dir / LIB))
     assert r["file"].startswith(site)
@@ -135,18 +183,24 @@ def test_env_path_is_used_first(tmp_path):
     assert r["loads"] == [str(lib_dir / LIB)]
 
 
+def test_empty_env_path_means_unset(tmp_path):
+    site, ops_dir = copy_package(tmp_path)
+    r = run_python(TRY_LOAD, cwd=str(tmp_path), pythonpath=site, lib_env="")
+    assert r["errors"] == [None, None]
+    assert r["loads"] == [str(ops_dir / LIB)]
+
+
 def test_missing_library(tmp_path):
     site, ops_dir = copy_package(tmp_path, with_lib=False, with_sidecar=False)
-    missing_env = str(tmp_path / "nowhere" / LIB)
-    r = run_python(TRY_LOAD, cwd=str(tmp_path), pythonpath=site, lib_env=missing_env)
+    r = run_python(TRY_LOAD, cwd=str(tmp_path), pythonpath=site)
     assert r["file"].startswith(site), "the copy was not the package imported"
     assert r["is_import_error"]
     pkg_lib = str(ops_dir / LIB)
     msg = r["errors"][0]
     assert msg is not None and r["errors"][1] == msg
-    check_error_message(msg, [missing_env, pkg_lib])
-    assert msg.index(missing_env) < msg.index(pkg_lib), "env path not tried first"
-    assert msg.count("no such file") == 2
+    check_error_message(msg, [pkg_lib])
+    assert f"{pkg_lib}: no such file" in msg
+    assert f"set {_loader.ENV_PATH} to load a library from another path" in msg
     assert "built for TensorFlow: unknown" in msg
     assert r["loads"] == []
     assert r["op_error"].startswith("OpLibraryError: deepreduce_tf could not load")
@@ -214,10 +268,11 @@ def test_import_is_lazy_with_a_broken_library(tmp_path):
 
 
 def test_import_is_lazy_with_a_good_library(tmp_path):
-    r = run_python(LAZY, cwd=str(tmp_path))
+    site, ops_dir = copy_package(tmp_path)
+    r = run_python(LAZY, cwd=str(tmp_path), pythonpath=site)
     assert r["after_import"] == {"loads": [], "module": False}
     assert r["error"] is None
-    assert r["loads"] == [os.path.join(INSTALLED_PKG, "ops", LIB)]
+    assert r["loads"] == [str(ops_dir / LIB)]
 
 
 FIRST_USE_IN_GRAPH = """
@@ -235,7 +290,8 @@ report(out=out.numpy().tolist(), tf_version=deepreduce_tf.built_tf_version())
 
 def test_first_op_call_inside_tf_function(tmp_path):
     # The loader's version check must not run in the graph being traced.
-    r = run_python(FIRST_USE_IN_GRAPH, cwd=str(tmp_path))
+    site, _ = copy_package(tmp_path)
+    r = run_python(FIRST_USE_IN_GRAPH, cwd=str(tmp_path), pythonpath=site)
     assert r["out"] == [3, 7, 99]
     assert r["tf_version"] == tf.__version__
 

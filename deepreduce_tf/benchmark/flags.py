@@ -18,14 +18,33 @@ flags into a RunConfig and the from_params() dict, raising ConfigError with a
 message that names the flag and the valid choices. resolve() builds one
 Compressor with from_params() to reject inconsistent combinations, but never
 builds a model or touches data beyond checking that requested real data exist.
+
+Importing this module does not import TensorFlow; neither do
+define_flags(fv, codecs=False) and check_flags(), the part of resolve() that
+covers every other flag (the command line checks them before TensorFlow
+loads). The codec registry and from_params do import it.
 """
 import collections
+import importlib
 import os
 
 from absl import flags
 
-from deepreduce_tf import params as dr_params
-from deepreduce_tf.codecs import base as codec_base
+
+class _LazyModule:
+    """A module imported on first attribute access: the codec registry and
+    from_params import TensorFlow, which the checks of check_flags() and the
+    flags defined by define_flags(..., codecs=False) do not need."""
+
+    def __init__(self, name):
+        self._name = name
+
+    def __getattr__(self, attr):
+        return getattr(importlib.import_module(self._name), attr)
+
+
+dr_params = _LazyModule("deepreduce_tf.params")
+codec_base = _LazyModule("deepreduce_tf.codecs.base")
 
 MODELS = ("resnet20", "resnet50", "ncf")
 MODEL_ALIASES = {"neumf": "ncf"}
@@ -45,7 +64,15 @@ FETCH_COMMAND = "deepreduce-bench --fetch_data"
 # of the fusion / scope flags.
 GENERAL_PARAM_FLAGS = ("compressor", "compress_ratio", "threshold", "topk_scope", "memory",
                        "communicator", "bucket_cap_mb", "deepreduce", "index", "value")
-EXTRA_PARAMS = (dr_params.TOPK_SCOPE, dr_params.BUCKET_CAP_MB)
+EXCHANGES = ("deepreduce", "tf")
+LR_SCHEDULES = ("constant", "cosine")
+# Default number of history points (--display_every) and of test evaluations
+# after the one before training (--eval_every) per run.
+HISTORY_POINTS = 100
+EVAL_POINTS = 8
+# Timed steps of a comparison without --num_batches / --num_epochs: about
+# 0.6 epoch of Fashion-MNIST at the default batch (32 per replica x 2).
+COMPARE_STEPS = 600
 
 
 def codec_flag_params():
@@ -58,9 +85,16 @@ def param_flags():
     return GENERAL_PARAM_FLAGS + tuple(codec_flag_params()) + ("min_size", "seed")
 
 
+def extra_params():
+    """The from_params Params of the fusion / scope flags (--topk_scope, --bucket_cap_mb)."""
+    return (dr_params.TOPK_SCOPE, dr_params.BUCKET_CAP_MB)
+
+
 def __getattr__(name):
     if name == "PARAM_FLAGS":  # follows the codec registry
         return param_flags()
+    if name == "EXTRA_PARAMS":  # imports TensorFlow
+        return extra_params()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -107,20 +141,57 @@ RunConfig = collections.namedtuple("RunConfig", [
     "num_warmup_batches", "optimizer", "init_learning_rate", "momentum", "weight_decay",
     "image_size", "variable_update", "num_gpus", "num_workers", "worker_hosts", "task_index",
     "train_dir", "output_json", "eval", "num_eval_examples", "display_every", "seed",
-    "codec_repeats", "worker_timeout", "plot", "plot_compare", "params", "flags"])
+    "codec_repeats", "worker_timeout", "plot", "plot_compare", "params", "flags",
+    "compare", "exchange", "eval_every", "data_notice", "lr_schedule"],
+    defaults=((), "deepreduce", None, None, "constant"))
 RunConfig.__doc__ = """Everything a run needs, resolved from the flags.
 
 model, data_name: canonical names; batch_size: per replica; num_batches:
 timed steps (after num_warmup_batches); worker_hosts: list of "host:port"
 (empty: one process); params: the from_params dict; flags: {name: value} of
-every deepreduce-bench flag, for the JSON record."""
+every deepreduce-bench flag, for the JSON record. compare: the presets of a
+comparison (empty: one run); exchange: "deepreduce" or "tf"; eval_every:
+steps between test evaluations (None: about EVAL_POINTS per run, 0: only at
+the end); display_every: None picks it from the step count (runner);
+data_notice: why the images are synthetic although no one asked for them
+(None when they were asked for, or are real)."""
 
 
-def define_flags(flag_values=flags.FLAGS):
-    """Registers the deepreduce-bench flags in `flag_values` (idempotent)."""
-    if "deepreduce" in flag_values:
-        return
+def define_flags(flag_values=flags.FLAGS, codecs=True):
+    """Registers the deepreduce-bench flags in `flag_values` (idempotent).
+
+    codecs=False leaves out the flags that derive from the codec registry
+    (--index, --value, the codec parameters, --topk_scope, --bucket_cap_mb),
+    which import TensorFlow: the rest are what check_flags() reads.
+    """
     fv = flag_values
+    if "deepreduce" not in fv:
+        _define_general_flags(fv)
+    if codecs and "index" not in fv:
+        _define_codec_flags(fv)
+
+
+def _define_codec_flags(fv):
+    """The flags that follow the codec registry and from_params' Params."""
+    for param in extra_params():
+        _define_param_flag(param, fv)
+    flags.DEFINE_string("index", dr_params.DEFAULT_CODECS["index"],
+                        "Index codec (with --deepreduce=index/both): "
+                        f"{_codec_choices_help('index')}. See docs/codecs.md.", flag_values=fv)
+    flags.DEFINE_string("value", dr_params.DEFAULT_CODECS["value"],
+                        "Value codec (with --deepreduce=value/both): "
+                        f"{_codec_choices_help('value')}. See docs/codecs.md.", flag_values=fv)
+    # One flag per codec parameter, as the registry declares it (a key that
+    # is already a flag of this command keeps its own meaning).
+    for key, param in codec_flag_params().items():
+        if key in fv:
+            continue
+        owners = "/".join(s.name for s in codec_base.REGISTRY.codecs_of(key))
+        _define_param_flag(param, fv, owners)
+
+
+def _define_general_flags(fv):
+    """Every flag but those of _define_codec_flags (no TensorFlow needed)."""
     # --- tf_cnn_benchmarks vocabulary
     flags.DEFINE_string("model", "resnet20",
                         f"Model to train: {', '.join(MODELS)} (neumf is accepted for ncf). "
@@ -177,7 +248,9 @@ def define_flags(flag_values=flags.FLAGS):
     flags.DEFINE_list("worker_hosts", [],
                       "Comma-separated host:port of every worker of a real cluster (sets "
                       "TF_CONFIG); use with --task_index.", flag_values=fv)
-    flags.DEFINE_integer("task_index", 0, "Index of this process in --worker_hosts.",
+    flags.DEFINE_integer("task_index", 0,
+                         "Index of this process in --worker_hosts (not with --num_workers, "
+                         "which starts every local worker itself).",
                          flag_values=fv)
     flags.DEFINE_string("train_dir", None,
                         "Directory for results.json (unless --output_json), worker logs and "
@@ -189,9 +262,10 @@ def define_flags(flag_values=flags.FLAGS):
     flags.DEFINE_integer("num_eval_examples", 2000,
                          "Test images evaluated by --eval (0: the whole split). ncf always "
                          "evaluates every user.", flag_values=fv)
-    flags.DEFINE_integer("display_every", 10,
-                         "Record a history point (loss, accuracy, bytes, time) every N steps.",
-                         flag_values=fv)
+    flags.DEFINE_integer("display_every", None,
+                         "Record a history point (loss, accuracy, bytes, time) every N steps. "
+                         f"Default: about {HISTORY_POINTS} points per run (every step for runs "
+                         f"of up to {HISTORY_POINTS} steps).", flag_values=fv)
     # --- DeepReduce
     flags.DEFINE_string("compressor", "topk",
                         "Sparsifier: topk | randomk | threshold | none (GRACE's 'compressor').",
@@ -200,8 +274,6 @@ def define_flags(flag_values=flags.FLAGS):
                        "Fraction of elements kept by topk / randomk, in (0, 1].", flag_values=fv)
     flags.DEFINE_float("threshold", None, "Magnitude threshold of --compressor=threshold.",
                        flag_values=fv)
-    for param in EXTRA_PARAMS:
-        _define_param_flag(param, fv)
     flags.DEFINE_string("memory", None,
                         "Error feedback: none | residual (default residual with a sparsifier).",
                         flag_values=fv)
@@ -209,19 +281,6 @@ def define_flags(flag_values=flags.FLAGS):
     flags.DEFINE_string("deepreduce", "both",
                         "What DeepReduce compresses: none | index | value | both. Default both, "
                         "or none when --compressor=none.", flag_values=fv)
-    flags.DEFINE_string("index", dr_params.DEFAULT_CODECS["index"],
-                        "Index codec (with --deepreduce=index/both): "
-                        f"{_codec_choices_help('index')}. See docs/codecs.md.", flag_values=fv)
-    flags.DEFINE_string("value", dr_params.DEFAULT_CODECS["value"],
-                        "Value codec (with --deepreduce=value/both): "
-                        f"{_codec_choices_help('value')}. See docs/codecs.md.", flag_values=fv)
-    # One flag per codec parameter, as the registry declares it (a key that
-    # is already a flag of this command keeps its own meaning).
-    for key, param in codec_flag_params().items():
-        if key in fv:
-            continue
-        owners = "/".join(s.name for s in codec_base.REGISTRY.codecs_of(key))
-        _define_param_flag(param, fv, owners)
     flags.DEFINE_integer("min_size", None,
                          "Tensors with fewer elements travel dense (default 1024).",
                          flag_values=fv)
@@ -235,6 +294,10 @@ def define_flags(flag_values=flags.FLAGS):
     flags.DEFINE_integer("worker_timeout", 1800,
                          "Seconds the --num_workers launcher waits for its workers before "
                          "killing them.", flag_values=fv)
+    flags.DEFINE_bool("verbose", False,
+                      "Show TensorFlow's own log lines (C++ notices and warnings, INFO lines "
+                      "such as the strategy's device list), hidden by default.",
+                      flag_values=fv)
     flags.DEFINE_string("output_json", None,
                         "Results file (default <train_dir>/results.json, else "
                         "./deepreduce_bench_results.json).", flag_values=fv)
@@ -251,6 +314,42 @@ def define_flags(flag_values=flags.FLAGS):
                       "Fetch MovieLens-100K into the cache (from the recbole wheel on PyPI) and "
                       "report where Fashion-MNIST is (or how to install it); alone, does only "
                       "that.", flag_values=fv)
+    # --- comparisons (deepreduce_tf.benchmark.compare)
+    from deepreduce_tf.benchmark import compare
+
+    flags.DEFINE_list("compare", None,
+                      "Train these configurations one after another (a fresh process each, "
+                      "same seed, data order and steps) and print one table and one plot: "
+                      "comma-separated presets of: " + compare.presets_help() + ". Default "
+                      f"{','.join(compare.DEFAULT)} when no compression flag (--compressor, "
+                      "--index, --exchange, ...) is given; with compression flags and no "
+                      "--compare, one run of them. A comparison evaluates (--eval), trains "
+                      f"{COMPARE_STEPS} steps unless --num_batches / --num_epochs with "
+                      "--lr_schedule=cosine unless given, skips the codec-only timing unless "
+                      "--codec_repeats, and writes to --train_dir (default ./deepreduce_bench).",
+                      flag_values=fv)
+    flags.DEFINE_string("exchange", "deepreduce",
+                        "deepreduce | tf. deepreduce: the gradients go through DeepReduce's "
+                        "cross-device ops, compressed as the compression flags say "
+                        "(--compressor=none: dense, through the same ops). tf: TensorFlow's own "
+                        "all-reduce (MirroredStrategy / MultiWorkerMirroredStrategy with their "
+                        "default cross-device ops), dense, no compression flags; its bytes per "
+                        "step are the dense gradient bytes per replica computed from the "
+                        "trainable variables. The 'uncompressed' preset of --compare.",
+                        flag_values=fv)
+    flags.DEFINE_integer("eval_every", None,
+                         "With --eval (always on in a comparison): evaluate on the "
+                         "--num_eval_examples test examples (a fixed subset: the first N) "
+                         "before training, every N steps and at the end, recorded in the "
+                         "results' eval_history with the cumulative bytes sent. 0: only at "
+                         f"the end. Default: about {EVAL_POINTS} points per run.",
+                         flag_values=fv)
+    flags.DEFINE_string("lr_schedule", None,
+                        f"{' | '.join(LR_SCHEDULES)}: the learning rate stays at "
+                        "--init_learning_rate, or decays from it to 0 along a cosine over the "
+                        "run's steps (warm-up included). Default: cosine in a comparison (its "
+                        "final accuracies are those of settled weights, not of one noisy step "
+                        "at full rate), constant otherwise.", flag_values=fv)
 
 
 def _fail(message):
@@ -366,12 +465,20 @@ def _check_positive(fv, name, allow_none=True, allow_zero=False):
         _fail(f"--{name}={value} must be {'>= 0' if allow_zero else 'positive'}")
 
 
-def resolve(fv=flags.FLAGS):
-    """Checks the parsed flags and returns a RunConfig.
+def check_flags(fv=flags.FLAGS, check_files=True):
+    """The checks of resolve() that need neither TensorFlow nor the codec
+    registry: every flag of define_flags(fv, codecs=False), so the command
+    line can be checked in a second before TensorFlow is imported.
+
+    check_files: also check that requested real data exist (off while
+      --fetch_data is about to fetch them).
+
+    Returns:
+      {"model", "data_name", "data_notice", "hosts", "update", "num_gpus"}:
+      the values resolved on the way.
 
     Raises:
-      ConfigError: a bad value or combination; the message names the flag and
-        the valid choices (from_params' own message for compression keys).
+      ConfigError: as resolve().
     """
     model = _choice("model", fv.model, MODELS, MODEL_ALIASES)
     for name in ("batch_size", "num_batches", "num_gpus", "num_workers", "display_every",
@@ -391,15 +498,12 @@ def resolve(fv=flags.FLAGS):
         _fail(f"--weight_decay={fv.weight_decay} must be >= 0")
     if not 0 < fv.compress_ratio <= 1:
         _fail(f"--compress_ratio={fv.compress_ratio} must be in (0, 1]")
-    for _, param in _param_flags(fv):
-        _check_param_flag(fv, param)
     if model != "ncf" and fv.image_size < 32:
         _fail(f"--image_size={fv.image_size}: the ResNets need at least 32")
 
-    data_name = fv.data_name
+    data_name, data_notice = fv.data_name, None
     if data_name is None:
-        data_name = "synthetic" if fv.data_dir is None else (
-            "movielens" if model == "ncf" else "fashion_mnist")
+        data_name, data_notice = default_data(model, fv.data_dir)
     data_name = _choice("data_name", data_name, DATA_NAMES,
                         {"fashion-mnist": "fashion_mnist", "ml-100k": "movielens"})
     valid_data = NCF_DATA if model == "ncf" else IMAGE_DATA
@@ -407,10 +511,26 @@ def resolve(fv=flags.FLAGS):
         _fail(f"--data_name={data_name} does not fit --model={model}; valid choices: "
               f"{', '.join(valid_data)}")
 
-    # Cluster layout.
+    hosts, update, num_gpus = _check_cluster(fv)
+    _check_positive(fv, "eval_every", allow_zero=True)
+    _choice("optimizer", fv.optimizer or MODEL_DEFAULTS[model][1], OPTIMIZERS)
+    _choice("exchange", fv.exchange, EXCHANGES)
+    if check_files:  # real data must exist before any work starts
+        check_data(model, data_name, fv.data_dir)
+    return {"model": model, "data_name": data_name, "data_notice": data_notice,
+            "hosts": hosts, "update": update, "num_gpus": num_gpus}
+
+
+def _check_cluster(fv):
+    """(worker hosts, variable_update, replicas per process) of the cluster flags."""
     if fv.num_workers > 1 and fv.worker_hosts:
         _fail("--num_workers launches local workers; --worker_hosts describes a real "
               "cluster: give one of them")
+    if fv["task_index"].present and not fv.worker_hosts and (
+            fv.num_workers > 1 or fv.task_index != 0):
+        _fail(f"--task_index={fv.task_index} needs --worker_hosts (it is this process's place "
+              "in a real cluster); --num_workers starts every local worker itself: drop "
+              "--task_index")
     hosts = list(fv.worker_hosts)
     for h in hosts:
         host, _, port = h.rpartition(":")
@@ -424,11 +544,31 @@ def resolve(fv=flags.FLAGS):
     if multi and update == "replicated":
         _fail("--variable_update=replicated runs in one process; several workers need "
               "--variable_update=collective_all_reduce")
-    num_gpus = fv.num_gpus or (2 if update == "replicated" else 1)
-    _choice("optimizer", fv.optimizer or MODEL_DEFAULTS[model][1], OPTIMIZERS)
+    return hosts, update, fv.num_gpus or (2 if update == "replicated" else 1)
+
+
+def resolve(fv=flags.FLAGS):
+    """Checks the parsed flags and returns a RunConfig.
+
+    check_flags() first, then the codec flags, the comparison and the
+    compression dict (from_params builds one Compressor: TensorFlow).
+
+    Raises:
+      ConfigError: a bad value or combination; the message names the flag and
+        the valid choices (from_params' own message for compression keys).
+    """
+    checked = check_flags(fv)
+    model, data_name, data_notice = (checked["model"], checked["data_name"],
+                                     checked["data_notice"])
+    hosts, update, num_gpus = checked["hosts"], checked["update"], checked["num_gpus"]
+    for _, param in _param_flags(fv):
+        _check_param_flag(fv, param)
+    compare_names = resolve_compare(fv)
 
     # Compression: from_params is the authority on keys, values and combinations.
-    params = compression_params(fv)
+    exchange = _choice("exchange", fv.exchange, EXCHANGES)
+    lr_schedule = _choice("lr_schedule", fv.lr_schedule or "constant", LR_SCHEDULES)
+    params = compression_params(fv) if exchange == "deepreduce" else tf_exchange_params(fv)
     import warnings
 
     import deepreduce_tf
@@ -440,9 +580,6 @@ def resolve(fv=flags.FLAGS):
     except (ValueError, TypeError) as e:
         raise ConfigError(f"compression flags {params}: {e}") from e
 
-    # Real data must exist before any work starts.
-    check_data(model, data_name, fv.data_dir)
-
     batch, optimizer, lr = MODEL_DEFAULTS[model]
     num_batches = fv.num_batches
     if num_batches is None and fv.num_epochs is None:
@@ -451,7 +588,7 @@ def resolve(fv=flags.FLAGS):
     if output_json is None:
         output_json = (os.path.join(fv.train_dir, "results.json") if fv.train_dir
                        else "deepreduce_bench_results.json")
-    return RunConfig(
+    config = RunConfig(
         model=model, data_name=data_name, data_dir=fv.data_dir,
         batch_size=fv.batch_size or batch, num_batches=num_batches, num_epochs=fv.num_epochs,
         num_warmup_batches=fv.num_warmup_batches, optimizer=fv.optimizer or optimizer,
@@ -461,7 +598,110 @@ def resolve(fv=flags.FLAGS):
         task_index=fv.task_index, train_dir=fv.train_dir, output_json=output_json,
         eval=fv.eval, num_eval_examples=fv.num_eval_examples, display_every=fv.display_every,
         seed=fv.seed, codec_repeats=fv.codec_repeats, worker_timeout=fv.worker_timeout,
-        plot=fv.plot, plot_compare=list(fv.plot_compare), params=params, flags=flag_dict(fv))
+        plot=fv.plot, plot_compare=list(fv.plot_compare), params=params, flags=flag_dict(fv),
+        compare=compare_names, exchange=exchange, eval_every=fv.eval_every,
+        data_notice=data_notice, lr_schedule=lr_schedule)
+    if fv.eval_every and not fv.eval:
+        config = config._replace(eval=True)  # evaluating every N steps is evaluating
+    if compare_names:
+        config = comparison_config(config, fv)
+    return config
+
+
+def compression_flag_names():
+    """The flags that choose the gradient exchange and its compression (--seed
+    is not one: it seeds the data and the model too)."""
+    return tuple(n for n in param_flags() if n != "seed") + ("exchange",)
+
+
+def given_compression_flags(fv):
+    """Names of the compression flags given explicitly."""
+    return [n for n in compression_flag_names() if n in fv and fv[n].present]
+
+
+def resolve_compare(fv):
+    """The presets to compare (a tuple), or () for one run of the flags.
+
+    Without --compare: the default comparison, unless a compression flag is
+    given (then one run of it, as before comparisons existed) or --worker_hosts
+    (a real cluster runs one configuration).
+    """
+    from deepreduce_tf.benchmark import compare
+
+    given = given_compression_flags(fv)
+    if not fv["compare"].present:
+        if given or fv.worker_hosts:
+            return ()
+        return tuple(compare.DEFAULT)
+    names = [n.strip() for n in fv.compare if n.strip()]
+    if not names:
+        _fail(f"--compare needs at least one preset; valid presets: {compare.names_text()}")
+    for name in names:
+        if name not in compare.PRESETS:
+            _fail(f"--compare: unknown preset {name!r}; valid presets: {compare.names_text()}")
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        _fail(f"--compare names {', '.join(repeated)} more than once")
+    if fv.worker_hosts:
+        _fail("--compare runs its configurations one after another on this machine; with "
+              "--worker_hosts (a real cluster) give the compression flags of one "
+              "configuration instead")
+    if given and "flags" not in names:
+        flags_given = ", ".join(f"--{n}" for n in given)
+        _fail(f"{flags_given} configure the 'flags' preset, which --compare={','.join(names)} "
+              "does not include: add flags to --compare or drop them")
+    return tuple(names)
+
+
+def tf_exchange_params(fv):
+    """The params dict of --exchange=tf: dense, no compression flag but
+    --compressor=none / --deepreduce=none."""
+    allowed = {"exchange": None, "compressor": "none", "deepreduce": "none"}
+    for name in given_compression_flags(fv):
+        if name not in allowed or (allowed[name] and fv[name].value != allowed[name]):
+            _fail(f"--exchange=tf sends dense gradients with TensorFlow's own all-reduce and "
+                  f"takes no compression flag, got --{name}={fv[name].value}; drop it, or use "
+                  "--exchange=deepreduce to compress")
+    return {"compressor": "none", "deepreduce": None, "seed": fv.seed}
+
+
+def comparison_config(config, fv):
+    """The RunConfig of a comparison's parent process: its defaults (steps,
+    evaluation, output directory; see compare.py) filled in."""
+    if fv.plot_compare:
+        _fail("--plot_compare adds earlier results to the --plot of one run; a comparison "
+              "plots its own runs (compare them with deepreduce-plot <out>/*/results.json)")
+    out_dir = fv.train_dir or "deepreduce_bench"
+    num_batches = config.num_batches
+    if not fv["num_batches"].present and config.num_epochs is None:
+        num_batches = COMPARE_STEPS
+    return config._replace(
+        train_dir=out_dir, num_batches=num_batches, eval=True,
+        lr_schedule=fv.lr_schedule or "cosine",
+        output_json=fv.output_json or os.path.join(out_dir, "compare.json"),
+        plot=fv.plot or os.path.join(out_dir, "compare.png"))
+
+
+def default_data(model, data_dir):
+    """(data_name, notice) when --data_name is not given.
+
+    ncf: movielens with --data_dir, else synthetic (as tf_cnn_benchmarks).
+    Image models: fashion_mnist when its IDX files are found (in --data_dir,
+    else the default places), else synthetic with a notice saying so.
+    """
+    if model == "ncf":
+        return ("synthetic" if data_dir is None else "movielens"), None
+    from deepreduce_tf import data
+
+    if data.find_fashion_mnist(data_dir) is not None:
+        return "fashion_mnist", None
+    searched = ", ".join(data.candidate_dirs(data_dir))
+    return "synthetic", (
+        "Fashion-MNIST was not found, so this run trains on SYNTHETIC images.\n"
+        "Its loss and accuracy say nothing about real data.\n"
+        f"Searched: {searched}.\n"
+        f"Install the data with `{data.INSTALL_HINT}` (or set ${data.ENV_VAR} to its "
+        "directory),\nor pass --data_name=synthetic to ask for synthetic images.")
 
 
 def check_data(model, data_name, data_dir):

@@ -7,8 +7,12 @@ The gradients of every step go through deepreduce_tf.distribute: a
 MirroredStrategy over --num_gpus local devices whose cross-device ops are
 DeepReduceCrossDeviceOps (variable_update=replicated), or a
 MultiWorkerMirroredStrategy whose collective ops are DeepReduce's
-(collective_all_reduce). The uncompressed baseline (compressor none) goes
-through the same ops, so bytes are counted the same way for every run.
+(collective_all_reduce). --compressor=none sends dense gradients through
+the same ops, so bytes are counted the same way for every run. The
+uncompressed baseline of a comparison is --exchange=tf instead: the same
+strategies with TensorFlow's own cross-device ops (DenseExchange stands in for
+the ops' counters: the dense gradient bytes of the trainable variables per
+replica and step).
 
 Training is a custom loop (tf.function around strategy.run): the loss is
 averaged over the global batch and Keras 3's optimizer.apply_gradients
@@ -17,6 +21,10 @@ is measured after --num_warmup_batches steps, synchronised by reading the
 step's loss. Bytes come from the ops' own counters: the mean over the timed
 steps of the per-replica payload bytes (sent) and uncompressed gradient bytes
 (dense).
+
+With --eval, the model is evaluated on the fixed test subset before training,
+every --eval_every steps and at the end (eval_history: step, cumulative
+bytes, time, metric); evaluation time is not training time.
 
 Codec time is measured apart from training, after it: a fresh Compressor of
 the same parameters compresses random normal tensors of the model's
@@ -64,8 +72,13 @@ def make_strategy(config):
     collective_all_reduce: MultiWorkerMirroredStrategy (TF_CONFIG from
     --worker_hosts/--task_index unless already set).
 
+    The op library is loaded once the devices are set up (its first op starts
+    TensorFlow's runtime): before the MirroredStrategy exists, right after the
+    MultiWorkerMirroredStrategy (whose collectives need a runtime not started).
+
     Raises:
       RuntimeError: the requested devices do not exist.
+      deepreduce_tf.OpLibraryError: the op library is missing or broken.
     """
     import tensorflow as tf
 
@@ -84,6 +97,9 @@ def make_strategy(config):
             tf.config.set_logical_device_configuration(
                 cpus[0], [tf.config.LogicalDeviceConfiguration()] * config.num_gpus)
             devices = [f"/cpu:{i}" for i in range(config.num_gpus)]
+        check_op_library()
+        if config.exchange == "tf":
+            return tf.distribute.MirroredStrategy(devices)
         ops = drd.DeepReduceCrossDeviceOps(params)
         return tf.distribute.MirroredStrategy(devices, cross_device_ops=ops)
     if config.worker_hosts and "TF_CONFIG" not in os.environ:
@@ -93,14 +109,80 @@ def make_strategy(config):
                            "GPUs; on CPUs every worker runs one replica (--num_gpus=1)")
     if gpus:
         tf.config.set_visible_devices(gpus[:config.num_gpus], "GPU")
-    return drd.multi_worker_strategy(params)
+    # Collective ops must be configured before TensorFlow's runtime starts, so
+    # here the op library loads once the strategy exists (still before training;
+    # the --num_workers launcher has loaded it before starting the workers).
+    if config.exchange == "tf":
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    else:
+        strategy = drd.multi_worker_strategy(params)
+    check_op_library()
+    return strategy
 
 
-def make_optimizer(config):
-    """The Keras 3 optimizer of --optimizer at --init_learning_rate (constant)."""
+class DenseExchange:
+    """The byte counters of --exchange=tf (TensorFlow's all-reduce has none):
+    every step, each replica exchanges its uncompressed gradients. A dense
+    gradient's bytes are its variable's size; an embedding's IndexedSlices
+    travel as they are, values + indices (as the DeepReduce ops count their
+    dense bytes). Same methods as the DeepReduce ops' totals() and
+    step_bytes(); steps are the optimizer's iterations."""
+
+    def __init__(self, variables, optimizer, replicas):
+        self.variables = list(variables)
+        self.dense_bytes = sum(_nbytes(v.shape, v.dtype) for v in self.variables)
+        self.optimizer = optimizer
+        self.replicas = replicas
+
+    def observe(self, grads):
+        """Takes the gradients' bytes from their static shapes (called while
+        the step is traced; the shapes are those of every step)."""
+        import tensorflow as tf
+
+        total = 0
+        for g, v in zip(grads, self.variables):
+            if isinstance(g, tf.IndexedSlices) and g.values.shape.is_fully_defined():
+                total += (_nbytes(g.values.shape, g.values.dtype)
+                          + _nbytes(g.indices.shape, g.indices.dtype))
+            elif g is not None:
+                total += _nbytes(v.shape, v.dtype)
+        self.dense_bytes = total
+
+    def totals(self):
+        steps = int(self.optimizer.iterations.numpy())
+        total = steps * self.dense_bytes
+        return {"dense_bytes": total, "sent_bytes": total, "steps": steps}
+
+    def step_bytes(self):
+        return {"dense_bytes": self.dense_bytes, "sent_bytes": self.dense_bytes, "ratio": 1.0,
+                "replicas": self.replicas}
+
+
+def check_op_library():
+    """Loads the op library now: a missing or broken one is one
+    deepreduce_tf.OpLibraryError before any training (not a traceback from
+    inside the first step). Its BuildInfo op starts TensorFlow's runtime, so a
+    training process calls it after configuring its devices (make_strategy)."""
+    import deepreduce_tf
+
+    deepreduce_tf.build_info()
+
+
+def _nbytes(shape, dtype):
+    import numpy as np
+    import tensorflow as tf
+
+    return int(np.prod(tuple(shape), dtype=np.int64)) * tf.as_dtype(dtype).size
+
+
+def make_optimizer(config, total_steps=None):
+    """The Keras 3 optimizer of --optimizer at --init_learning_rate: constant,
+    or (--lr_schedule=cosine) decayed to 0 along a cosine over total_steps."""
     import keras
 
     lr = config.init_learning_rate
+    if config.lr_schedule == "cosine":
+        lr = keras.optimizers.schedules.CosineDecay(lr, decay_steps=max(int(total_steps), 1))
     if config.optimizer == "sgd":
         return keras.optimizers.SGD(lr)
     if config.optimizer == "momentum":
@@ -168,6 +250,48 @@ def _var_name(v):
 # ---------------------------------------------------------------------------
 # One process
 
+EVAL_METRICS = ("accuracy", "hit_rate", "ndcg")
+
+
+def _data_options():
+    """tf.data options of the training input: no autotuning. The pipelines
+    are fixed (sequential map, prefetch 2); an autotuned iterator's model
+    thread sleeps up to a minute between rounds, and deleting the iterator
+    after training waited for it: 20-60 s of nothing at the end of a run."""
+    import tensorflow as tf
+
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return options
+
+
+def _input_options(tf, strategy):
+    """How the strategy feeds its replicas. As tf.distribute does by default
+    (one pipeline per worker, batches prefetched to the devices), except for
+    MirroredStrategy over CPU devices: one pipeline per replica, read where
+    it is made. The default's multi-device iterator has autotuned per-device
+    iterators of its own (see _data_options) and buys nothing in one host's
+    memory. (MultiWorkerMirroredStrategy has no per-replica pipelines.)"""
+    if (tf.config.list_logical_devices("GPU")
+            or not isinstance(strategy, tf.distribute.MirroredStrategy)):
+        return tf.distribute.InputOptions()
+    return tf.distribute.InputOptions(
+        experimental_fetch_to_device=False,
+        experimental_replication_mode=tf.distribute.InputReplicationMode.PER_REPLICA)
+
+
+def eval_interval(config, total_steps):
+    """Steps between test evaluations (0: none during training): --eval_every,
+    else about EVAL_POINTS per run; 0 without --eval."""
+    from deepreduce_tf.benchmark import flags as bench_flags
+
+    if not config.eval:
+        return 0
+    if config.eval_every is None:
+        return max(1, math.ceil(total_steps / bench_flags.EVAL_POINTS))
+    return config.eval_every
+
+
 def run(config, stream=sys.stderr):
     """Trains config in this process (one worker) and returns the results dict.
 
@@ -178,11 +302,12 @@ def run(config, stream=sys.stderr):
 
     import deepreduce_tf
     from deepreduce_tf import distribute as drd
+    from deepreduce_tf.benchmark import flags as bench_flags
     from deepreduce_tf.benchmark import workloads
 
     strategy = make_strategy(config)
     chief = is_chief(strategy)
-    ops = drd.get_ops(strategy)
+    ops = drd.get_ops(strategy) if config.exchange == "deepreduce" else None
     log = stream if chief else None
     tf.keras.utils.set_random_seed(config.seed)
 
@@ -196,12 +321,22 @@ def run(config, stream=sys.stderr):
                                        global_batch))
     total_steps = config.num_warmup_batches + timed_steps
     dist_ds = strategy.distribute_datasets_from_function(
-        lambda ctx: workload.train_dataset(ctx, global_batch, total_steps))
+        lambda ctx: workload.train_dataset(ctx, global_batch, total_steps).with_options(
+            _data_options()),
+        options=_input_options(tf, strategy))
 
     with strategy.scope():
         model = workload.build_model()
-        optimizer = make_optimizer(config)
+        optimizer = make_optimizer(config, total_steps)
+        # Its slots now, not on the first apply_gradients inside the traced step
+        # (TensorFlow's own cross-device ops fail on variables created there).
+        optimizer.build(model.trainable_variables)
     variables = model.trainable_variables
+    if ops is None:
+        ops = DenseExchange(variables, optimizer, replicas)
+    display_every = config.display_every or max(
+        1, math.ceil(total_steps / bench_flags.HISTORY_POINTS))
+    eval_every = eval_interval(config, total_steps)
 
     def step_fn(inputs):
         x, y = inputs
@@ -212,6 +347,8 @@ def run(config, stream=sys.stderr):
             if model.losses:
                 loss += tf.nn.scale_regularization_loss(tf.add_n(model.losses))
         grads = tape.gradient(loss, variables)
+        if isinstance(ops, DenseExchange):
+            ops.observe(grads)
         optimizer.apply_gradients(zip(grads, variables))
         return tf.reduce_mean(per_example), tf.reduce_mean(workload.correct(y, outputs))
 
@@ -235,12 +372,38 @@ def run(config, stream=sys.stderr):
     losses, accs = [], []
     base = None
     train_time = timed_time = 0.0
+    eval_history = []
+
+    def record_eval(step):
+        totals = ops.totals()
+        result = workload.evaluate(model)
+        eval_history.append(dict(
+            {"step": step, "time_s": round(timed_time, 4), "wall_s": round(train_time, 4),
+             "sent_bytes": int(totals["sent_bytes"]), "dense_bytes": int(totals["dense_bytes"])},
+            **{k: result[k] for k in EVAL_METRICS if k in result}))
+        if writer is not None:
+            with writer.as_default():
+                drd.write_scalar(f"eval/{workload.metric}", result[workload.metric], step)
+        if log:
+            print(f"eval step {step}/{total_steps}: {workload.metric} "
+                  f"{result[workload.metric]:.4f}", file=log, flush=True)
+        return result
+
+    last_eval = None
+    if eval_every and chief:
+        last_eval = record_eval(0)
+    if log:
+        compressed = config.params.get("compressor") not in (None, "none")
+        print(f"building the {'compressed ' if compressed else ''}training step (the first "
+              "step traces and compiles the graph) ...", file=log, flush=True)
     for step in range(total_steps):
         t0 = time.perf_counter()
         loss, acc = train_step(iterator)
         loss, acc = local_mean(loss), local_mean(acc)
         dt = time.perf_counter() - t0
         train_time += dt
+        if step == 0 and log:
+            print(f"first step: {dt:.1f} s (graph tracing included)", file=log, flush=True)
         if not math.isfinite(loss):
             raise FloatingPointError(f"step {step}: loss is {loss}; lower "
                                      "--init_learning_rate or check the configuration")
@@ -252,13 +415,13 @@ def run(config, stream=sys.stderr):
             timed_time += dt
         losses.append(loss)
         accs.append(acc)
-        if (step + 1) % config.display_every == 0 or step + 1 == total_steps:
+        if (step + 1) % display_every == 0 or step + 1 == total_steps:
             history.append({"step": step + 1, "time_s": round(timed_time, 4),
                             "wall_s": round(train_time, 4),
                             "sent_bytes": int(totals["sent_bytes"]),
                             "dense_bytes": int(totals["dense_bytes"]),
-                            "loss": float(np.mean(losses[-config.display_every:])),
-                            "accuracy": float(np.mean(accs[-config.display_every:]))})
+                            "loss": float(np.mean(losses[-display_every:])),
+                            "accuracy": float(np.mean(accs[-display_every:]))})
         sb = ops.step_bytes()
         if writer is not None:
             with writer.as_default():
@@ -267,27 +430,34 @@ def run(config, stream=sys.stderr):
                                     ("deepreduce/dense_bytes", sb["dense_bytes"]),
                                     ("deepreduce/reduction", sb["ratio"])):
                     drd.write_scalar(name, value, step + 1)
-        bar.update(step + 1, loss=loss, acc=acc,
-                   red=round(sb["dense_bytes"] / max(sb["sent_bytes"], 1), 1))
+        fields = {"loss": loss, "acc": acc,
+                  "red": round(sb["dense_bytes"] / max(sb["sent_bytes"], 1), 1)}
+        if eval_every and chief and ((step + 1) % eval_every == 0 or step + 1 == total_steps):
+            last_eval = record_eval(step + 1)
+        if eval_history:
+            fields["test"] = eval_history[-1][workload.metric]
+        bar.update(step + 1, **fields)
 
-    if writer is not None:
-        writer.close()
     end = ops.totals()
     base = base or {"dense_bytes": 0, "sent_bytes": 0, "steps": 0}
     counted = max(timed_steps, 1)
     sent = (end["sent_bytes"] - base["sent_bytes"]) / counted
     dense = (end["dense_bytes"] - base["dense_bytes"]) / counted
     step_time = float(np.mean(step_times)) if step_times else float("nan")
-    window = max(1, min(config.display_every, len(losses)))
+    window = max(1, min(max(display_every, math.ceil(total_steps / 10)), len(losses)))
 
     eval_results = None
     if config.eval and chief:
-        if log:
-            print("evaluating on the test split ...", file=log, flush=True)
-        eval_results = workload.evaluate(model)
+        if not eval_history or eval_history[-1]["step"] != total_steps:
+            if log:
+                print("evaluating on the test split ...", file=log, flush=True)
+            last_eval = record_eval(total_steps)
+        eval_results = last_eval
+    if writer is not None:
+        writer.close()
 
     compress_ms = decompress_ms = codec_bytes = None
-    if config.codec_repeats and chief:
+    if config.codec_repeats and chief and config.exchange == "deepreduce":
         compress_ms, decompress_ms, codec_bytes = time_codecs(
             config.params, variables, replicas, config.codec_repeats, seed=config.seed)
 
@@ -298,6 +468,7 @@ def run(config, stream=sys.stderr):
     metrics.update({
         "examples_per_sec": global_batch / step_time if step_times else None,
         "step_time_ms": 1000.0 * step_time if step_times else None,
+        "step_time_median_ms": 1000.0 * float(np.median(step_times)) if step_times else None,
         "dense_bytes_per_step": dense, "sent_bytes_per_step": sent,
         "reduction": dense / sent if sent else None,
         "compress_ms": compress_ms, "decompress_ms": decompress_ms,
@@ -320,11 +491,12 @@ def run(config, stream=sys.stderr):
         "model_metric": workload.metric,
         "data_source": workload.source,
         "config": dict(cfg, flags=config.flags, global_batch_size=global_batch,
-                       total_steps=total_steps),
+                       total_steps=total_steps, loss_window=window),
         "metrics": metrics,
         "last_step_bytes": ops.step_bytes(),
         "eval": eval_results,
         "history": history,
+        "eval_history": eval_history,
         "environment": {
             "tensorflow": tf.__version__, "deepreduce_tf": deepreduce_tf.__version__,
             "replicas": replicas, "workers": workers,
@@ -334,8 +506,12 @@ def run(config, stream=sys.stderr):
             "cpu_count": os.cpu_count(), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         },
         "notes": {
-            "bytes": "per replica and per step, mean over the timed steps, from the "
-                     "DeepReduce cross-device ops' counters",
+            "bytes": ("per replica and per step, mean over the timed steps, from the "
+                      "DeepReduce cross-device ops' counters" if config.exchange == "deepreduce"
+                      else "uncompressed gradient bytes per replica and step, computed from "
+                      "the gradients' shapes: dense gradients whole, embedding IndexedSlices "
+                      "as values + indices (TensorFlow's all-reduce, --exchange=tf, keeps no "
+                      "counters; what its algorithm puts on the wire is not measured)"),
             "codec_time": "codec only, after training: a fresh compressor on random "
                           "tensors of the model's variable shapes; decompress decodes one "
                           "payload per replica",

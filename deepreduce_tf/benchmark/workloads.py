@@ -27,6 +27,7 @@ from deepreduce_tf import models, movielens
 NUM_CLASSES = data_lib.NUM_CLASSES
 SYNTHETIC_TRAIN_IMAGES = 10000
 SYNTHETIC_TEST_IMAGES = 2000
+EVAL_CACHE_BYTES = 256 * 2 ** 20  # converted test images kept between evaluations
 
 
 def _upsample_and_pad(images, size):
@@ -46,6 +47,7 @@ class ImageWorkload:
     def __init__(self, config):
         self.config = config
         self.size = config.image_size
+        self._eval_cache = None
         if config.data_name == "fashion_mnist":
             train = data_lib.load_fashion_mnist("train", config.data_dir, allow_synthetic=False)
             limit = config.num_eval_examples or None
@@ -71,10 +73,19 @@ class ImageWorkload:
         return models.resnet50(shape, NUM_CLASSES, weight_decay=wd)
 
     def _convert(self, images, labels):
-        x = tf.numpy_function(lambda a: _upsample_and_pad(a, self.size), [images], tf.float32,
-                              stateful=False)
-        x.set_shape([images.shape[0], self.size, self.size, 3])
-        return x, tf.cast(labels, tf.int32)
+        """_upsample_and_pad() of a batch in TensorFlow ops (the same float32
+        arithmetic). Not a tf.numpy_function: one in tf.data's threads made
+        deleting the iterator after training stall for tens of seconds."""
+        rows, cols = int(images.shape[1]), int(images.shape[2])
+        factor = self.size // rows
+        x = tf.cast(images, tf.float32)
+        if factor > 1:
+            x = tf.repeat(tf.repeat(x, factor, axis=1), factor, axis=2)
+        pad_r, pad_c = self.size - rows * factor, self.size - cols * factor
+        x = tf.pad(x, [[0, 0], [pad_r // 2, pad_r - pad_r // 2],
+                       [pad_c // 2, pad_c - pad_c // 2]])
+        x = (x / 255.0 - data_lib.PIXEL_MEAN) / data_lib.PIXEL_STD
+        return tf.tile(x[..., None], [1, 1, 1, 3]), tf.cast(labels, tf.int32)
 
     def train_dataset(self, input_context, global_batch, total_steps=None):
         """The training batches of one input pipeline: (images, labels), repeated."""
@@ -87,6 +98,19 @@ class ImageWorkload:
         ds = ds.batch(per_replica, drop_remainder=True).map(self._convert)
         return ds.prefetch(2)
 
+    def _eval_batches(self, batch_size):
+        """[(float32 images, labels)] of the test split, cached when small."""
+        if self._eval_cache is not None and self._eval_cache[0] == batch_size:
+            return self._eval_cache[1]
+        n = int(self.test_labels.shape[0])
+        batches = ((tf.constant(_upsample_and_pad(self.test_images[s:s + batch_size],
+                                                  self.size)),
+                    self.test_labels[s:s + batch_size]) for s in range(0, n, batch_size))
+        if n * self.size * self.size * 3 * 4 > EVAL_CACHE_BYTES:
+            return batches
+        self._eval_cache = (batch_size, list(batches))
+        return self._eval_cache[1]
+
     @staticmethod
     def loss(labels, logits):
         return tf.keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
@@ -96,15 +120,20 @@ class ImageWorkload:
         return tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels), tf.float32)
 
     def evaluate(self, model, batch_size=250):
-        """Top-1 accuracy on the test images: {"accuracy", "eval_examples"}."""
-        predict = tf.function(lambda x: tf.argmax(model(x, training=False), -1,
-                                                  output_type=tf.int32))
+        """Top-1 accuracy on the test images: {"accuracy", "eval_examples"}.
+
+        The traced prediction function is kept, and so are the converted
+        images when they take at most EVAL_CACHE_BYTES, so evaluating the same
+        model again during training (--eval_every) costs no retracing.
+        """
+        if getattr(self, "_eval_model", None) is not model:
+            self._eval_model = model
+            self._predict = tf.function(lambda x: tf.argmax(model(x, training=False), -1,
+                                                            output_type=tf.int32))
         hits = 0
         n = int(self.test_labels.shape[0])
-        for start in range(0, n, batch_size):
-            x = _upsample_and_pad(self.test_images[start:start + batch_size], self.size)
-            hits += int(np.sum(predict(tf.constant(x)).numpy() ==
-                               self.test_labels[start:start + batch_size]))
+        for x, y in self._eval_batches(batch_size):
+            hits += int(np.sum(self._predict(x).numpy() == y))
         return {"accuracy": hits / max(n, 1), "eval_examples": n,
                 "eval_split": "test" if self.source != "synthetic" else "synthetic test"}
 

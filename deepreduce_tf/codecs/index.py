@@ -63,6 +63,8 @@ class IndexCodec(Codec):
     # True if encode() accepts positions in any order and decode() returns
     # them in that order (only 'raw').
     carries_order = False
+    # True if the codec writes the payload's aux0/aux1 fields (else they must be 0).
+    uses_aux = False
 
     @abc.abstractmethod
     def encode(self, indices, n):
@@ -178,6 +180,8 @@ class BloomIndex(IndexCodec):
     values at exactly those positions. p0 decodes all positives (more than K
     values travel); the other policies decode exactly K positions.
     """
+
+    uses_aux = True  # aux0, aux1: the filter's bit count m and hash count h
 
     def __init__(self, fpr=0.001, policy="conflict_sets", seed=0, policy_seed=0):
         fpr = float(fpr)

@@ -31,6 +31,11 @@ ValueEncoding.__doc__ = """section: uint8 vector; perm: int64 [K] for sorting
 codecs (perm[i] = input position of decoded value i), None otherwise."""
 
 
+# Fits and scales in float32 stay finite below this magnitude; gradients with
+# larger values are sent dense rather than failing the step at encode.
+FIT_MAX_ABS = 1e30
+
+
 class ValueCodec(Codec):
     """Base class of value codecs; subclasses are declared with
     codecs.base.register (which sets `name`, `codec_id`, `spec`, and
@@ -42,6 +47,9 @@ class ValueCodec(Codec):
     sorting = False
     # True if encode() consumes a per-step seed.
     seeded = False
+    # The largest |value| the codec carries (None: the float32 range); the
+    # compressor sends a tensor holding a larger value dense.
+    max_abs = None
 
     @abc.abstractmethod
     def encode(self, values, seed):
@@ -49,10 +57,12 @@ class ValueCodec(Codec):
         Returns a ValueEncoding."""
 
     @abc.abstractmethod
-    def decode(self, section, count, dtype):
+    def decode(self, section, count, dtype, limit):
         """section: uint8 vector; count: int64 scalar, the number of values
-        the sender encoded; dtype: the gradient's dtype. Returns [count]
-        values in decoded order (float32, or dtype for raw)."""
+        the sender encoded; dtype: the gradient's dtype; limit: Python int,
+        the most values the receiver accepts (its tensor's size): a decoder
+        never allocates for more. Returns [count] values in decoded order
+        (float32, or dtype for raw)."""
 
 
 def _check_count(values, count, name):
@@ -67,7 +77,7 @@ class RawValue(ValueCodec):
     def encode(self, values, seed):
         return ValueEncoding(tf.reshape(tf.bitcast(values, tf.uint8), [-1]), None)
 
-    def decode(self, section, count, dtype):
+    def decode(self, section, count, dtype, limit=None):
         width = tf.as_dtype(dtype).size
         # size == count * width, written without a product that a hostile
         # count could overflow.
@@ -90,22 +100,22 @@ class _OpValue(ValueCodec):
         perm = enc.perm if self.sorting else None
         return ValueEncoding(enc.payload, perm)
 
-    def decode(self, section, count, dtype):
+    def decode(self, section, count, dtype, limit):
         kwargs = {}
         if self.sorting:
-            kwargs["max_values"] = value_ops.DEFAULT_MAX_VALUES
+            kwargs["max_values"] = int(limit)
         return _check_count(value_ops.decode(self.name, section, **kwargs), count, self.name)
 
 
 @register("fp16", wire_id=4, aliases=("float16", "half"), summable=True,
           summary="IEEE half (round to nearest even); NaN/Inf kept")
 class Fp16Value(_OpValue):
-    pass
+    max_abs = 65504.0  # the largest finite half: larger values would round to Inf
 
 
 @register("bf16", wire_id=5, aliases=("bfloat16",), summable=True, summary="bfloat16")
 class Bf16Value(_OpValue):
-    pass
+    max_abs = 3.3895313892515355e38  # the largest finite bfloat16
 
 
 @register("deflate", wire_id=6, aliases=("zlib", "gzip"), lossless=True,
@@ -130,6 +140,8 @@ class DeflateValue(_OpValue):
                         help="polyfit segment count (0: automatic)")),
           summary="piecewise polynomial fit of the values sorted descending; reorders")
 class PolyfitValue(_OpValue):
+    max_abs = FIT_MAX_ABS
+
     def __init__(self, degree=5, segmentation="greedy", segments=0):
         value_ops._int_param("polyfit", "degree", degree, 0, 15)
         if segmentation not in value_ops.SEGMENTATIONS:
@@ -149,7 +161,7 @@ class PolyfitValue(_OpValue):
 @register("dexp", wire_id=2, sorting=True,
           summary="double-exponential fit of the sorted values; reorders")
 class DexpValue(_OpValue):
-    pass
+    max_abs = FIT_MAX_ABS
 
 
 @register("qsgd", wire_id=3, seeded=True,
@@ -163,6 +175,8 @@ class DexpValue(_OpValue):
                         help="QSGD bucket size (values sharing one scale)")),
           summary="stochastic quantization, max-scaled per bucket; unbiased, per-step seed")
 class QsgdValue(_OpValue):
+    max_abs = FIT_MAX_ABS
+
     def __init__(self, bits=None, levels=None, bucket_size=512):
         self.levels = value_ops.qsgd_levels(bits, levels)
         self.bucket_size = value_ops._int_param("qsgd", "bucket_size", bucket_size, 1, 1 << 30)

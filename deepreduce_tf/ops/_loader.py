@@ -6,6 +6,13 @@ compared with the running TensorFlow *before* the library is loaded. Any
 failure raises a single OpLibraryError that lists the paths tried, both
 versions and the command that rebuilds the library. There is no Python
 fallback: an op that is not compiled is an error, not a slow path.
+
+Where the library is looked for: at $DEEPREDUCE_TF_OPS_LIB when that is set
+(and not empty), and then nowhere else: a path that does not exist or a
+library that fails the checks is an error naming the variable, never a
+silent fall-back to the library installed inside the package (which would
+run other code than the developer asked for). Without the variable, the
+package's own ops/_deepreduce_ops.so is loaded.
 """
 import json
 import os
@@ -26,14 +33,18 @@ class OpLibraryError(ImportError):
     """The op library is missing, unloadable, or built for another TensorFlow."""
 
 
-def _candidates():
-    paths = []
-    override = os.environ.get(ENV_PATH)
+def _override():
+    """The absolute path $DEEPREDUCE_TF_OPS_LIB names, or None if unset/empty."""
+    path = os.environ.get(ENV_PATH)
+    return os.path.abspath(path) if path else None
+
+
+def _candidates(override=None):
+    """The one library to load: the override, else the package's own."""
+    override = override or _override()
     if override:
-        paths.append(os.path.abspath(override))
-    paths.append(os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                              LIB_NAME + ".so"))
-    return paths
+        return [override]
+    return [os.path.join(os.path.dirname(os.path.abspath(__file__)), LIB_NAME + ".so")]
 
 
 def _minor(version):
@@ -49,16 +60,19 @@ def _read_sidecar(path):
         return None
 
 
-def _fail(tried, running, built=None, detail=""):
+def _fail(tried, running, built=None, override=None):
     lines = ["deepreduce_tf could not load its op library."]
-    if detail:
-        lines.append(detail)
+    if override:
+        lines.append(f"{ENV_PATH} is set to {override}, so that library alone is tried "
+                     "(not the one installed with the package): fix the path, or unset "
+                     f"{ENV_PATH} to use the package's own library.")
     lines.append("Paths tried:")
     lines += [f"  {p}: {why}" for p, why in tried]
     lines.append(f"Running TensorFlow: {running}; library built for TensorFlow: "
                  f"{built or 'unknown'}.")
     lines.append(f"Rebuild it with: {REBUILD_COMMAND}")
-    lines.append(f"(set {ENV_PATH} to load a library from another path)")
+    if not override:
+        lines.append(f"(set {ENV_PATH} to load a library from another path)")
     raise OpLibraryError("\n".join(lines))
 
 
@@ -81,7 +95,8 @@ def _load():
         running = tf.__version__
         tried = []
         built = None
-        for path in _candidates():
+        override = _override()
+        for path in _candidates(override):
             if not os.path.exists(path):
                 tried.append((path, "no such file"))
                 continue
@@ -111,7 +126,7 @@ def _load():
             _build_info = info
             _module = module
             return module
-        _fail(tried, running, built)
+        _fail(tried, running, built, override)
 
 
 def _run_build_info(tf, module):

@@ -33,8 +33,11 @@ by construction. For the other codecs perm is the identity.
 
 Decoders check the header and every length against the payload and raise
 InvalidArgumentError on truncated, extended, corrupted or foreign payloads.
-polyfit and dexp payloads describe K without holding K numbers, so their
-decoders also refuse payloads claiming more than `max_values` values.
+polyfit and dexp payloads describe K without holding K numbers (a 56-byte
+dexp payload may claim 2^40 values), so their decoders take the receiver's
+bound, `max_values` (required: the most values the receiver expects, e.g. the
+tensor's size), and refuse a payload claiming more before allocating
+anything. Every other decoder is bounded by its payload's size.
 The lossy codecs reject NaN/Inf input with InvalidArgumentError.
 """
 import collections
@@ -48,7 +51,6 @@ CODECS = ("polyfit", "dexp", "qsgd", "fp16", "bf16", "deflate")
 SORTING_CODECS = ("polyfit", "dexp")
 SEGMENTATIONS = ("greedy", "geometric")
 CODEC_IDS = {"polyfit": 1, "dexp": 2, "qsgd": 3, "fp16": 4, "bf16": 5, "deflate": 6}
-DEFAULT_MAX_VALUES = 1 << 28
 
 _ENCODE_PARAMS = {
     "polyfit": {"degree": 5, "segmentation": "greedy", "segments": 0, "out_idx": tf.int64},
@@ -60,8 +62,8 @@ _ENCODE_PARAMS = {
     "deflate": {"level": 6, "out_idx": tf.int64},
 }
 _DECODE_PARAMS = {
-    "polyfit": {"max_values": DEFAULT_MAX_VALUES},
-    "dexp": {"max_values": DEFAULT_MAX_VALUES},
+    "polyfit": {"max_values": None},
+    "dexp": {"max_values": None},
     "qsgd": {}, "fp16": {}, "bf16": {}, "deflate": {},
 }
 
@@ -214,8 +216,9 @@ def decode(codec, payload, **params):
     Args:
       codec: one of CODECS; must be the payload's codec.
       payload: uint8 vector.
-      **params: polyfit and dexp accept max_values (default 2^28): payloads
-        claiming more values are rejected before anything is allocated.
+      **params: polyfit and dexp require max_values, the most values the
+        receiver expects (e.g. the tensor's size): payloads claiming more
+        are rejected before anything is allocated.
 
     Returns:
       float32 vector [K] in decoded order (descending value order for
@@ -232,6 +235,11 @@ def decode(codec, payload, **params):
     payload = _payload_tensor(payload)
     ops = _loader.load()
     if codec in SORTING_CODECS:
+        if p["max_values"] is None:
+            raise ValueError(
+                f"value codec {codec!r}: decode needs max_values, the most values you expect "
+                f"(e.g. the tensor's size): a {codec} payload does not grow with the number of "
+                "values it claims, so only the receiver can bound the decode")
         max_values = _int_param(codec, "max_values", p["max_values"], 0, (1 << 48))
         fn = (ops.deep_reduce_polyfit_decode if codec == "polyfit"
               else ops.deep_reduce_dexp_decode)

@@ -83,7 +83,7 @@ REGISTER_OP("DeepReduce>PolyfitEncode")
 REGISTER_OP("DeepReduce>PolyfitDecode")
     .Input("payload: uint8")
     .Output("values: float")
-    .Attr("max_values: int = 268435456")
+    .Attr("max_values: int >= 0")
     .SetShapeFn(DecodeShape);
 
 REGISTER_OP("DeepReduce>DexpEncode")
@@ -101,7 +101,7 @@ REGISTER_OP("DeepReduce>DexpEncode")
 REGISTER_OP("DeepReduce>DexpDecode")
     .Input("payload: uint8")
     .Output("values: float")
-    .Attr("max_values: int = 268435456")
+    .Attr("max_values: int >= 0")
     .SetShapeFn([](InferenceContext* c) -> absl::Status {
       ShapeHandle payload;
       TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 1, &payload));
