@@ -36,7 +36,8 @@ HELP_ARGS = ("-h", "-?", "--help", "-help", "--helpshort", "-helpshort", "--help
 HELP_GROUPS = (
     ("model and data", ("model", "data_name", "data_dir", "image_size", "fetch_data")),
     ("training", ("batch_size", "num_batches", "num_epochs", "num_warmup_batches", "optimizer",
-                  "init_learning_rate", "momentum", "weight_decay", "seed")),
+                  "init_learning_rate", "lr_schedule", "momentum", "weight_decay",
+                  "seed")),
     ("replicas and workers", ("variable_update", "num_gpus", "num_workers", "worker_hosts",
                               "task_index", "worker_timeout")),
     ("gradient exchange and compression", (
