@@ -30,6 +30,7 @@ _LAZY = {
     "fusion": ("deepreduce_tf.fusion", None),
     "memory": ("deepreduce_tf.memory", None),
     "sparsifiers": ("deepreduce_tf.sparsifiers", None),
+    "state": ("deepreduce_tf.state", None),
     "transport": ("deepreduce_tf.transport", None),
     "compressors": ("deepreduce_tf.compressors", None),
     "params": ("deepreduce_tf.params", None),
@@ -70,4 +71,4 @@ __all__ = ["__version__", "accounting", "bloom", "build_info", "built_tf_version
            "ByteLedger", "codecs", "communicators", "Compressor", "Context", "cuda_built",
            "fusion", "transport",
            "from_params", "index", "memory", "OpLibraryError", "payload", "sparsifiers",
-           "sparsify", "value"]
+           "sparsify", "state", "value"]

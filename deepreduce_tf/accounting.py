@@ -27,7 +27,7 @@ class ByteLedger(tf.Module):
         if var is None:
             with tf.init_scope():
                 var = self._factory(tf.constant(0, tf.int64), "bytes")
-            table[key] = var
+                table[key] = var
         return var
 
     def _totals(self):

@@ -310,7 +310,7 @@ class Compressor(tf.Module):
         if counter is None:
             with tf.init_scope():
                 counter = self.variable_factory(tf.constant(0, tf.int64), "step")
-            self.steps[key] = counter
+                self.steps[key] = counter
         return counter
 
     def step_seed(self, key):

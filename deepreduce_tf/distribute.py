@@ -50,9 +50,11 @@ all-reduces its gradient list in a fixed order). Residuals are kept per
 bucket (the key of a one-tensor bucket is the tensor's key). Per-replica
 state lives in plain resource variables on the replica's device, created with
 local_variable_factory(), and initializes itself in TF1-style graphs run
-without an initializer; it is not saved with the model's checkpoint unless
-the caller tracks ops.compressors. A stateless configuration (no memory, no
-seeded codec) with accounting=False creates no variables at all.
+without an initializer. ops.state (deepreduce_tf.state.ExchangeState) holds
+all of it from construction on: tf.train.Checkpoint(..., deepreduce=ops.state)
+or KerasState(ops) attached to a Keras model save and restore it. A stateless
+configuration (no memory, no seeded codec) with accounting=False creates no
+variables at all.
 
 Accounting: ops.step_bytes() (last exchange, per replica: dense bytes, sent
 bytes, ratio), ops.totals() (cumulative), BytesCallback (Keras callback:
@@ -77,10 +79,11 @@ from deepreduce_tf.communicators import Communicator
 from deepreduce_tf.compressors import DTYPE_CODES, Compressor
 from deepreduce_tf.memory import ensure_initialized
 from deepreduce_tf.params import from_params
+from deepreduce_tf.state import ExchangeState, KerasState
 from deepreduce_tf.transport import CollectiveTransport, LocalTransport
 
 __all__ = ["BytesCallback", "DeepReduceCollectiveOps", "DeepReduceCrossDeviceOps",
-           "SingleReplicaWarning", "get_ops", "install", "local_variable_factory",
+           "ExchangeState", "KerasState", "SingleReplicaWarning", "get_ops", "install", "local_variable_factory",
            "multi_worker_strategy", "write_scalar"]
 
 
@@ -194,7 +197,7 @@ class _DeepReduceState:
     """Per-replica compressors, the communicator and the accounting both ops
     classes share."""
 
-    def _init_state(self, spec, accounting=True, communicator=None):
+    def _init_state(self, spec, accounting=True, communicator=None, state=None):
         self._builder = (spec if isinstance(spec, _Builder)
                          else _Builder(spec, accounting=accounting))
         if communicator is None:
@@ -205,9 +208,9 @@ class _DeepReduceState:
         else:
             communicator.check(self._builder.make(None))
         self.communicator = communicator
-        self._compressors = {}
-        self._exchanges = {}
-        self._wire = {}
+        # Everything kept between steps, for checkpoints (deepreduce_tf.state):
+        # it exists before the first step, its variables are made by it.
+        self.state = state if state is not None else ExchangeState()
         self._state_lock = threading.RLock()
         self._implementation_calls = 0
         self._single_replica_warned = False
@@ -224,36 +227,45 @@ class _DeepReduceState:
     @property
     def compressors(self):
         """This process's per-replica compressors, in replica order."""
-        return [self._compressors[r] for r in sorted(self._compressors)]
+        comps = self.state.compressors
+        return [comps[r] for r in sorted(comps, key=int)]
 
     def _replica_compressor(self, replica, device):
         """The Compressor of local replica number `replica`, created on first
         use with its state on `device`."""
         with self._state_lock:
-            comp = self._compressors.get(replica)
+            comp = self.state.compressors.get(str(replica))
             if comp is None:
                 factory = local_variable_factory(device)
-                comp = self._builder.make(factory)
-                if self.accounting:
-                    with tf.init_scope():
-                        self._exchanges[replica] = factory(tf.constant(0, tf.int64),
-                                                           "exchanges")
-                        self._wire[replica] = factory(tf.constant(0, tf.int64),
-                                                      "collective_bytes")
-                self._compressors[replica] = comp
+                # Created and tracked outside any traced function: a deferred
+                # checkpoint restore then assigns the saved values eagerly.
+                with tf.init_scope():
+                    comp = self._builder.make(factory)
+                    if self.accounting:
+                        self.state.exchanges[str(replica)] = factory(
+                            tf.constant(0, tf.int64), "exchanges")
+                        self.state.collective_bytes[str(replica)] = factory(
+                            tf.constant(0, tf.int64), "collective_bytes")
+                    self.state.compressors[str(replica)] = comp
             return comp
+
+    def _restore_pending(self):
+        """Values a KerasState loaded before this step created their
+        variables are assigned now (before the step first runs)."""
+        if self.state.pending:
+            self.state.apply_pending()
 
     def _count_exchange(self, replica, device):
         """Counts one exchange of `replica`; returns the op (None eagerly or
         without accounting), which the reduced result must depend on."""
-        var = self._exchanges.get(replica)
+        var = self.state.exchanges.get(str(replica))
         if var is None:
             return None
         with tf.device(device), tf.control_dependencies(ensure_initialized([var])):
             return var.assign_add(1, read_value=False)
 
     def _wire_counter(self, replica, device):
-        return self._wire.get(replica)
+        return self.state.collective_bytes.get(str(replica))
 
     # ------------------------------------------------------------ accounting
     def step_bytes(self):
@@ -282,7 +294,7 @@ class _DeepReduceState:
         if not comps:
             return {"dense_bytes": 0, "sent_bytes": 0, "steps": 0}
         pairs = [c.ledger.running_totals() for c in comps]
-        steps = [int(v.numpy()) for v in self._exchanges.values()]
+        steps = [int(v.numpy()) for v in self.state.exchanges.values()]
         return {"dense_bytes": int(round(sum(d for _, d in pairs) / len(pairs))),
                 "sent_bytes": int(round(sum(s for s, _ in pairs) / len(pairs))),
                 "steps": max(steps) if steps else 0}
@@ -290,7 +302,7 @@ class _DeepReduceState:
     def collective_bytes(self):
         """Bytes this process's replicas handed to collective ops (mean per
         replica; multi-worker only, else 0)."""
-        vals = [int(v.numpy()) for v in self._wire.values()]
+        vals = [int(v.numpy()) for v in self.state.collective_bytes.values()]
         return int(round(sum(vals) / len(vals))) if vals else 0
 
     def __repr__(self):
@@ -387,6 +399,7 @@ class DeepReduceCrossDeviceOps(_DeepReduceState, cdo_lib.CrossDeviceOps):
             for r, t in enumerate(outs):
                 per_replica[r][i] = t
 
+        self._restore_pending()
         results = [None] * n
         if other_ids:
             exact = cdo_lib.ReductionToOneDevice().batch_reduce_implementation(
@@ -425,15 +438,18 @@ class DeepReduceCollectiveOps(_DeepReduceState, cdo_lib.CollectiveAllReduce):
     with multi_worker_strategy()."""
 
     def __init__(self, spec, devices, group_size, options, collective_keys=None,
-                 canonicalize_devices=True, accounting=True, communicator=None):
+                 canonicalize_devices=True, accounting=True, communicator=None, state=None):
         cdo_lib.CollectiveAllReduce.__init__(self, devices, group_size, options,
                                              collective_keys, canonicalize_devices)
-        self._init_state(spec, accounting, communicator)
+        self._init_state(spec, accounting, communicator, state)
 
     def __deepcopy__(self, memo):
+        # A copy (TensorFlow makes them) shares the compressors and their
+        # state: a replica keeps ONE residual, whichever copy runs the step.
         return DeepReduceCollectiveOps(self._builder, self._devices, self._group_size,
                                        self._options, copy.deepcopy(self._collective_keys, memo),
-                                       self._canonicalize_devices, communicator=self.communicator)
+                                       self._canonicalize_devices, communicator=self.communicator,
+                                       state=self.state)
 
     def _all_reduce(self, reduce_op, value, replica_id, options):
         flat = nest.flatten(value)
@@ -459,6 +475,7 @@ class DeepReduceCollectiveOps(_DeepReduceState, cdo_lib.CollectiveAllReduce):
             (out[i],) = self.communicator.step_slices(
                 transport, [comp], [flat[i]], _memory_key(i, n, flat[i].values), average=average,
                 effects=effects)
+        self._restore_pending()
         if other_ids:
             exact = cdo_lib.CollectiveAllReduce._all_reduce(  # pylint: disable=protected-access
                 self, reduce_op, [flat[i] for i in other_ids], replica_id, options)

@@ -10,7 +10,8 @@ The residual of each variable is a non-trainable tf.Variable created lazily on
 the first compress of that variable (eagerly or inside tf.function: creation
 is lifted out with tf.init_scope). Memory objects are tf.Modules, so a
 tf.train.Checkpoint that holds them (or the compressor) saves the residuals;
-restoring before the variables exist is deferred until they are created.
+restoring before the variables exist is deferred until they are created
+(see deepreduce_tf.state for the exchange's state as a whole).
 """
 import abc
 import collections
@@ -133,10 +134,10 @@ class ResidualMemory(Memory):
             if not like.shape.is_fully_defined():
                 raise ValueError(f"residual memory needs a static shape for {key!r}, "
                                  f"got {like.shape}")
-            with tf.init_scope():
+            with tf.init_scope():  # tracked eagerly: a deferred restore assigns at once
                 var = self._factory(tf.zeros(like.shape, like.dtype),
                                     f"residual/{_slot_name(key)}")
-            self.residuals[key] = var
+                self.residuals[key] = var
         elif like is not None and (var.shape != like.shape or var.dtype != like.dtype):
             raise ValueError(f"residual memory: {key!r} was first seen as {var.dtype.name} "
                              f"{var.shape}, now {like.dtype.name} {like.shape}; use one key "

@@ -1,0 +1,141 @@
+"""What the exchange keeps between steps, in checkpoints: residuals, seed
+counters and byte counters of every replica's compressor.
+
+The state is created lazily, on the first step (its shapes are those of the
+fused buckets the first step sees), but its container exists from the start:
+ops.state, a tf.Module. Two ways to save and restore it with the training:
+
+  * tf.train.Checkpoint(model=model, optimizer=opt, deepreduce=ops.state),
+    built BEFORE training: restore() before the first step is deferred, and
+    every variable takes its saved value the moment the first step creates it
+    (TensorFlow's restore-on-create).
+  * Keras: attach a KerasState layer to the model,
+        model.deepreduce = deepreduce_tf.distribute.KerasState(ops)
+    and model.save_weights / load_weights, keras.callbacks.BackupAndRestore
+    and ModelCheckpoint(save_weights_only=True) save and restore it with the
+    weights (and tf.train.Checkpoint(model=model) holds it too). Values
+    loaded before the first step wait, by name, until the step creates
+    their variable.
+
+Either way a resumed run continues bit for bit like an uninterrupted one
+(same data order assumed). Under MultiWorkerMirroredStrategy every worker
+keeps its own residuals: each worker must save to and restore from its own
+path (e.g. one directory per task index).
+"""
+import urllib.parse
+
+import numpy as np
+import tensorflow as tf
+
+# What a state variable's name looks like in a Keras weights file: the
+# tf.Module path, each element percent-encoded, joined by "|" (H5 would take
+# "/" for groups).
+_SEP = "|"
+
+
+def _encode(path):
+    return _SEP.join(urllib.parse.quote(str(p), safe="") for p in path)
+
+
+class ExchangeState(tf.Module):
+    """The per-replica compressors and exchange counters of one ops object.
+
+    compressors, exchanges and collective_bytes map the local replica number
+    (as a string, a checkpoint key) to its Compressor / int64 counter.
+    """
+
+    def __init__(self, name="deepreduce_state"):
+        super().__init__(name=name)
+        self.compressors = {}
+        self.exchanges = {}
+        self.collective_bytes = {}
+        # Values loaded (by KerasState) before their variable exists: name ->
+        # numpy array. Not a checkpoint dependency itself.
+        object.__setattr__(self, "_pending", {})
+
+    def named_variables(self):
+        """{name: variable} of every state variable that exists, names stable
+        across processes (the module path of the variable)."""
+        found = self._flatten(with_path=True,
+                              predicate=lambda v: isinstance(v, tf.Variable))
+        return {_encode(path): var for path, var in found}
+
+    def values(self):
+        """{name: numpy array} of the state, values still waiting for their
+        variable included (so that saving right after a restore loses
+        nothing)."""
+        out = dict(self._pending)
+        out.update({k: v.numpy() for k, v in self.named_variables().items()})
+        return out
+
+    def load_values(self, values):
+        """Assigns saved values by name: at once to variables that exist, the
+        rest as soon as a step creates them (apply_pending). A shape or dtype
+        that differs from the variable's raises ValueError."""
+        self._pending.clear()
+        self._pending.update({str(k): np.asarray(v) for k, v in values.items()})
+        self.apply_pending()
+
+    @property
+    def pending(self):
+        """Names of loaded values whose variable does not exist yet."""
+        return sorted(self._pending)
+
+    def apply_pending(self):
+        """Assigns the pending values whose variables exist now (eagerly: call
+        it outside a traced function or under tf.init_scope)."""
+        if not self._pending:
+            return
+        with tf.init_scope():
+            for name, var in self.named_variables().items():
+                value = self._pending.get(name)
+                if value is None:
+                    continue
+                if tuple(value.shape) != tuple(var.shape) or value.dtype != var.dtype.as_numpy_dtype:
+                    raise ValueError(
+                        f"deepreduce state {name!r}: the saved value is {value.dtype} "
+                        f"{tuple(value.shape)}, this run creates {var.dtype.name} "
+                        f"{tuple(var.shape)}: the checkpoint was written by a different model "
+                        "or compression configuration; restore it with the same ones, or do "
+                        "not restore the deepreduce state")
+                var.assign(value)
+                del self._pending[name]
+
+
+def KerasState(ops):  # pylint: disable=invalid-name
+    """A Keras layer that saves `ops`' state (DeepReduceCrossDeviceOps,
+    DeepReduceCollectiveOps or a strategy using them) with the model's
+    weights. Attach it as an attribute of the model:
+
+        model.deepreduce = deepreduce_tf.distribute.KerasState(ops)
+
+    It holds no Keras weights and takes no part in the model's computation;
+    save_weights / load_weights (hence BackupAndRestore and ModelCheckpoint)
+    call its save_own_variables / load_own_variables.
+    """
+    from deepreduce_tf import distribute
+
+    if isinstance(ops, tf.distribute.Strategy):
+        ops = distribute.get_ops(ops)
+    if not isinstance(getattr(ops, "state", None), ExchangeState):
+        raise TypeError(f"KerasState needs DeepReduce ops or a strategy using them, got {ops!r}")
+    state = ops.state
+
+    class _KerasState(tf.keras.layers.Layer):
+        def __init__(self):
+            super().__init__(name="deepreduce_state", trainable=False)
+            self.exchange_state = state  # tracked: tf.train.Checkpoint(model=...) holds it
+            self.built = True
+
+        def call(self, inputs):  # never part of the model's graph
+            raise TypeError("KerasState is not a computation layer: attach it as an attribute "
+                            "of the model (model.deepreduce = KerasState(ops))")
+
+        def save_own_variables(self, store):
+            for name, value in sorted(state.values().items()):
+                store[name] = value
+
+        def load_own_variables(self, store):
+            state.load_values({name: store[name] for name in store.keys()})
+
+    return _KerasState()
