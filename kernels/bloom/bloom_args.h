@@ -10,15 +10,14 @@
 
 #include "absl/status/status.h"
 #include "kernels/bloom/bloom.h"
+#include "kernels/bloom/bloom_decode.h"
+#include "kernels/common/parse_status_tf.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/framework/tensor_shape.h"
 #include "tensorflow/core/framework/types.h"
 
 namespace deepreduce {
 namespace bloom {
-
-// Upper bound on m: 2^34 bits is a 2 GiB filter, far beyond any gradient.
-constexpr int64_t kMaxBits = int64_t{1} << 34;
 
 inline absl::Status ScalarInt64(const tensorflow::Tensor& t, const char* name,
                                 int64_t* out) {
@@ -50,16 +49,9 @@ inline absl::Status ParseUniverse(const tensorflow::Tensor& t,
   return absl::OkStatus();
 }
 
+// m and h in range (bloom_decode.h, TF-free).
 inline absl::Status CheckBitsAndHashes(int64_t m, int64_t h) {
-  if (m < 1 || m > kMaxBits) {
-    return absl::InvalidArgumentError(
-        "filter_bits (m) must lie in [1, 2^34], got " + std::to_string(m));
-  }
-  if (h < 1 || h > static_cast<int64_t>(kMaxHashes)) {
-    return absl::InvalidArgumentError(
-        "filter_hashes (h) must lie in [1, 32], got " + std::to_string(h));
-  }
-  return absl::OkStatus();
+  return ToAbsl(core::CheckBitsAndHashes(m, h));
 }
 
 // Checks a received filter against its claimed m and h and returns the
@@ -82,24 +74,11 @@ inline absl::Status ParseFilter(const tensorflow::Tensor& filter,
   if (!s.ok()) return s;
   s = CheckBitsAndHashes(m, h);
   if (!s.ok()) return s;
-  const int64_t want = static_cast<int64_t>(NumBytes(m));
-  if (filter.NumElements() != want) {
-    return absl::InvalidArgumentError(
-        "filter holds " + std::to_string(filter.NumElements()) +
-        " bytes but filter_bits=" + std::to_string(m) + " needs exactly " +
-        std::to_string(want) + " (4 * ceil(m / 32)); the filter is truncated, "
-        "extended or paired with the wrong filter_bits");
-  }
-  if (check_padding) {
-    const uint8_t* bytes = filter.flat<uint8_t>().data();
-    for (int64_t b = m; b < want * 8; ++b) {
-      if (TestBit(bytes, static_cast<uint64_t>(b))) {
-        return absl::InvalidArgumentError(
-            "filter has bit " + std::to_string(b) + " set beyond filter_bits=" +
-            std::to_string(m) + "; the filter is corrupted");
-      }
-    }
-  }
+  // The bytes are read only for the padding check (GPU callers check the
+  // padding on the device and pass check_padding=false).
+  const uint8_t* bytes = check_padding ? filter.flat<uint8_t>().data() : nullptr;
+  s = ToAbsl(core::CheckFilterBytes(bytes, filter.NumElements(), m, check_padding));
+  if (!s.ok()) return s;
   *layout = MakeLayout(static_cast<uint64_t>(m), static_cast<uint32_t>(h),
                        static_cast<uint64_t>(seed));
   return absl::OkStatus();

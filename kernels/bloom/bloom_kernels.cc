@@ -11,6 +11,7 @@
 
 #include "kernels/bloom/bloom.h"
 #include "kernels/bloom/bloom_args.h"
+#include "kernels/bloom/bloom_decode.h"
 #include "kernels/common/cpu_parallel.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
@@ -27,9 +28,6 @@ using ::tensorflow::OpKernelContext;
 using ::tensorflow::Tensor;
 using ::tensorflow::TensorShape;
 
-// Positions handled per work item of the query: a multiple of 64 so that
-// every item owns whole words of the scratch bitmap.
-constexpr int64_t kQueryBlock = 4096;
 
 
 
@@ -176,48 +174,6 @@ class BloomFilterInsertOp : public OpKernel {
   int64_t seed_;
 };
 
-// Queries positions [w0, w0 + len), len <= 64, into one bit each. The first
-// (up to) four probes of every position are computed and tested without
-// branches: in a filter sized for its rate about half the bits are set, so a
-// negative position survives them with probability ~1/16 and the loop
-// pipelines instead of mispredicting; the few survivors then test their
-// remaining probes. Same answer as Contains() for every position.
-template <uint32_t kFirst>
-inline uint64_t QueryWordT(const BloomLayout& layout, const uint8_t* bytes,
-                           int64_t w0, int len) {
-  uint64_t word = 0;
-  for (int t = 0; t < len; ++t) {
-    const ProbeSeq p = Probes(layout, static_cast<uint64_t>(w0 + t));
-    uint64_t all = 1;
-    for (uint32_t j = 0; j < kFirst; ++j) all &= TestBit(bytes, ProbeBit(layout, p, j));
-    word |= all << t;
-  }
-  if (layout.num_hashes == kFirst) return word;
-  uint64_t pending = word;
-  while (pending) {
-    const int t = __builtin_ctzll(pending);
-    pending &= pending - 1;
-    const ProbeSeq p = Probes(layout, static_cast<uint64_t>(w0 + t));
-    for (uint32_t j = kFirst; j < layout.num_hashes; ++j) {
-      if (!TestBit(bytes, ProbeBit(layout, p, j))) {
-        word &= ~(uint64_t{1} << t);
-        break;
-      }
-    }
-  }
-  return word;
-}
-
-inline uint64_t QueryWord(const BloomLayout& layout, const uint8_t* bytes,
-                          int64_t w0, int len) {
-  switch (layout.num_hashes) {
-    case 1: return QueryWordT<1>(layout, bytes, w0, len);
-    case 2: return QueryWordT<2>(layout, bytes, w0, len);
-    case 3: return QueryWordT<3>(layout, bytes, w0, len);
-    default: return QueryWordT<4>(layout, bytes, w0, len);
-  }
-}
-
 template <typename Tidx>
 class BloomFilterQueryOp : public OpKernel {
  public:
@@ -247,16 +203,7 @@ class BloomFilterQueryOp : public OpKernel {
     CpuPool(ctx)->ParallelFor(
         num_blocks, kQueryBlock * 10, [&](int64_t begin, int64_t end) {
           for (int64_t blk = begin; blk < end; ++blk) {
-            const int64_t lo = blk * kQueryBlock;
-            const int64_t hi = std::min(n, lo + kQueryBlock);
-            int64_t count = 0;
-            for (int64_t w0 = lo; w0 < hi; w0 += 64) {
-              const uint64_t word = QueryWord(layout, bytes, w0,
-                                              static_cast<int>(std::min<int64_t>(64, hi - w0)));
-              hits[w0 >> 6] = word;
-              count += __builtin_popcountll(word);
-            }
-            counts[blk] = count;
+            counts[blk] = core::QueryBlock(layout, bytes, n, blk, hits);
           }
         });
     int64_t total = 0;
@@ -272,16 +219,7 @@ class BloomFilterQueryOp : public OpKernel {
     CpuPool(ctx)->ParallelFor(
         num_blocks, kQueryBlock / 8, [&](int64_t begin, int64_t end) {
           for (int64_t blk = begin; blk < end; ++blk) {
-            int64_t o = counts[blk];
-            const int64_t lo = blk * kQueryBlock;
-            const int64_t hi = std::min(n, lo + kQueryBlock);
-            for (int64_t w0 = lo; w0 < hi; w0 += 64) {
-              uint64_t word = hits[w0 >> 6];
-              while (word) {
-                out[o++] = static_cast<Tidx>(w0 + __builtin_ctzll(word));
-                word &= word - 1;
-              }
-            }
+            core::ExtractBlock(hits, n, blk, counts[blk], out);
           }
         });
   }

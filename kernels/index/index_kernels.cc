@@ -10,8 +10,10 @@
 
 #include "kernels/common/bit_io.h"
 #include "kernels/common/cpu_parallel.h"
+#include "kernels/common/parse_status_tf.h"
 #include "kernels/index/golomb.h"
 #include "kernels/index/index_args.h"
+#include "kernels/index/index_decode.h"
 #include "kernels/index/index_format.h"
 #include "kernels/index/rle.h"
 #include "tensorflow/core/framework/op_kernel.h"
@@ -37,27 +39,14 @@ constexpr int64_t kBitmapChunkBytes = 8192;
 
 
 
-// Eight bitmap bytes as one little-endian word (bit j = byte j / 8, bit j % 8;
-// every target here is little-endian), alignment-free.
-inline uint64_t LoadWord(const uint8_t* p) {
-  uint64_t w;
-  std::memcpy(&w, p, sizeof(w));
-  return w;
-}
-
 // indices must lie in [0, n) and increase strictly.
 template <typename T>
 absl::Status ValidateSorted(OpKernelContext* ctx, const T* idx, int64_t k, int64_t n,
                             const char* name) {
   std::atomic<int64_t> first_bad{k};
   CpuPool(ctx)->ParallelFor(k, 4, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      const int64_t v = static_cast<int64_t>(idx[i]);
-      if (v < 0 || v >= n || (i > 0 && static_cast<int64_t>(idx[i - 1]) >= v)) {
-        AtomicMin(&first_bad, i);
-        return;
-      }
-    }
+    const int64_t bad = core::FirstUnsorted(idx, begin, end, n);
+    if (bad < end) AtomicMin(&first_bad, bad);
   });
   const int64_t bad = first_bad.load();
   if (bad == k) return absl::OkStatus();
@@ -315,26 +304,14 @@ class DecodeInt32Op : public OpKernel {
     const uint8_t* body;
     OP_REQUIRES_OK(ctx, ParseHeader(payload, kCodecInt32, DataTypeToEnum<Tidx>::v(), &h, &body));
     const uint8_t* end = payload.flat<uint8_t>().data() + payload.NumElements();
-    OP_REQUIRES(ctx, h.n <= kMaxInt32Universe,
-                Invalid("int32 payload claims universe size n=" + std::to_string(h.n) +
-                        " > 2^31, which the int32 codec never writes"));
-    const uint64_t have = static_cast<uint64_t>(end - body);
-    OP_REQUIRES(ctx, h.k <= have / 4,
-                Invalid("int32 payload claims K=" + std::to_string(h.k) + " indices but holds " +
-                        std::to_string(have) + " body bytes (4 per index)"));
-    OP_REQUIRES_OK(ctx, CheckBodyLength("int32", have, 4 * h.k,
-                                        "K=" + std::to_string(h.k) + ", 4 bytes each"));
+    OP_REQUIRES_OK(ctx, ToAbsl(core::ParseInt32Body(h, static_cast<uint64_t>(end - body))));
     const int64_t k = static_cast<int64_t>(h.k);
     Tensor* out_t = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({k}), &out_t));
     Tidx* out = out_t->flat<Tidx>().data();
     const int64_t n = static_cast<int64_t>(h.n);
     CpuPool(ctx)->ParallelFor(k, 2, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        // Read as signed: words >= 2^31 (never written, n <= 2^31) become
-        // negative for either out_idx and fail the range check below.
-        out[i] = static_cast<Tidx>(static_cast<int32_t>(LoadLE32(body + 4 * i)));
-      }
+      core::DecodeInt32Range(body, begin, end, out);
     });
     absl::Status s = ValidateSorted(ctx, out, k, n, "decoded index");
     OP_REQUIRES(ctx, s.ok(),
@@ -354,16 +331,8 @@ class DecodeBitmapOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ParseHeader(payload, kCodecBitmap, DataTypeToEnum<Tidx>::v(), &h, &body));
     const uint8_t* end = payload.flat<uint8_t>().data() + payload.NumElements();
     const uint64_t have = static_cast<uint64_t>(end - body);
-    OP_REQUIRES_OK(ctx, CheckBodyLength("bitmap", have, BitmapBytes(h.n),
-                                        "universe size n=" + std::to_string(h.n) +
-                                            ", ceil(n / 8) bytes"));
-    const int64_t n = static_cast<int64_t>(h.n);
+    OP_REQUIRES_OK(ctx, ToAbsl(core::ParseBitmapBody(h, body, have)));
     const int64_t bytes = static_cast<int64_t>(have);
-    if ((n & 7) != 0) {
-      OP_REQUIRES(ctx, (body[bytes - 1] >> (n & 7)) == 0,
-                  Invalid("bitmap payload has bits set past the universe size n=" +
-                          std::to_string(n) + "; it is corrupt"));
-    }
     const int64_t chunks = (bytes + kBitmapChunkBytes - 1) / kBitmapChunkBytes;
     Tensor off_t;
     OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_INT64, TensorShape({chunks + 1}),
@@ -373,11 +342,7 @@ class DecodeBitmapOp : public OpKernel {
     pool->ParallelFor(chunks, kBitmapChunkBytes, [&](int64_t begin, int64_t end) {
       for (int64_t c = begin; c < end; ++c) {
         const int64_t i0 = c * kBitmapChunkBytes;
-        const int64_t e = std::min(bytes, i0 + kBitmapChunkBytes);
-        int64_t count = 0, i = i0;
-        for (; i + 8 <= e; i += 8) count += __builtin_popcountll(LoadWord(body + i));
-        for (; i < e; ++i) count += __builtin_popcount(body[i]);
-        off[c] = count;
+        off[c] = core::CountBitmapBits(body, i0, std::min(bytes, i0 + kBitmapChunkBytes));
       }
     });
     int64_t total = 0;
@@ -387,31 +352,14 @@ class DecodeBitmapOp : public OpKernel {
       total += v;
     }
     OP_REQUIRES(ctx, static_cast<uint64_t>(total) == h.k,
-                Invalid("bitmap payload header claims K=" + std::to_string(h.k) +
-                        " indices but " + std::to_string(total) + " bits are set"));
+                ToAbsl(core::BitmapCountMismatch(h.k, total)));
     Tensor* out_t = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({total}), &out_t));
     Tidx* out = out_t->flat<Tidx>().data();
     pool->ParallelFor(chunks, kBitmapChunkBytes * 2, [&](int64_t begin, int64_t end) {
       for (int64_t c = begin; c < end; ++c) {
-        int64_t o = off[c];
         const int64_t i0 = c * kBitmapChunkBytes;
-        const int64_t e = std::min(bytes, i0 + kBitmapChunkBytes);
-        int64_t i = i0;
-        for (; i + 8 <= e; i += 8) {
-          uint64_t v = LoadWord(body + i);
-          while (v) {
-            out[o++] = static_cast<Tidx>(8 * i + __builtin_ctzll(v));
-            v &= v - 1;
-          }
-        }
-        for (; i < e; ++i) {
-          unsigned v = body[i];
-          while (v) {
-            out[o++] = static_cast<Tidx>(8 * i + __builtin_ctz(v));
-            v &= v - 1;
-          }
-        }
+        core::ExtractBitmapBits(body, i0, std::min(bytes, i0 + kBitmapChunkBytes), off[c], out);
       }
     });
   }
@@ -428,34 +376,11 @@ class DecodeRleOp : public OpKernel {
     const uint8_t* p;
     OP_REQUIRES_OK(ctx, ParseHeader(payload, kCodecRle, DataTypeToEnum<Tidx>::v(), &h, &p));
     const uint8_t* end = payload.flat<uint8_t>().data() + payload.NumElements();
-    const uint64_t have = static_cast<uint64_t>(end - p);
-    OP_REQUIRES(ctx, h.k <= have,
-                Invalid("rle payload claims K=" + std::to_string(h.k) + " indices but its body "
-                        "holds only " + std::to_string(have) + " bytes (at least 1 per index)"));
-    const int64_t k = static_cast<int64_t>(h.k);
+    OP_REQUIRES_OK(ctx, ToAbsl(core::ParseRleCount(h, static_cast<uint64_t>(end - p))));
     Tensor* out_t = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({k}), &out_t));
-    Tidx* out = out_t->flat<Tidx>().data();
-    // The gaps are sequential by nature (a varint's start depends on all
-    // before it); this loop runs at several hundred MB/s on one core.
-    uint64_t next = 0;  // the smallest value the next index may take
-    for (int64_t i = 0; i < k; ++i) {
-      uint64_t gap;
-      OP_REQUIRES(ctx, rle::GetGap(&p, end, &gap),
-                  Invalid("rle payload is corrupt: gap " + std::to_string(i) + " of K=" +
-                          std::to_string(k) + " is truncated or not in shortest form"));
-      OP_REQUIRES(ctx, gap < h.n - next,
-                  Invalid("rle payload is corrupt: gap " + std::to_string(i) + " = " +
-                          std::to_string(gap) + " runs past the universe size n=" +
-                          std::to_string(h.n)));
-      const uint64_t v = next + gap;
-      out[i] = static_cast<Tidx>(v);
-      next = v + 1;
-    }
-    OP_REQUIRES(ctx, p == end,
-                Invalid("rle payload has " + std::to_string(end - p) +
-                        " trailing bytes after its K=" + std::to_string(k) +
-                        " gaps; it is extended or corrupt"));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({static_cast<int64_t>(h.k)}),
+                                             &out_t));
+    OP_REQUIRES_OK(ctx, ToAbsl(core::DecodeRle(h, p, end, out_t->flat<Tidx>().data())));
   }
 };
 
@@ -471,7 +396,7 @@ class DecodeGolombOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ParseHeader(payload, kCodecGolomb, DataTypeToEnum<Tidx>::v(), &h, &body));
     const uint8_t* end = payload.flat<uint8_t>().data() + payload.NumElements();
     golomb::Layout layout;
-    const uint8_t *table, *stream;
+    const uint8_t *table = nullptr, *stream = nullptr;
     OP_REQUIRES_OK(ctx, ParseGolombLayout(h, body, end, &layout, &table, &stream));
     const int64_t blocks = static_cast<int64_t>(layout.num_blocks);
     const int log2_block = layout.log2_block;
@@ -493,15 +418,9 @@ class DecodeGolombOp : public OpKernel {
     std::atomic<int64_t> first_bad{blocks};
     const int64_t block_size = int64_t{1} << log2_block;
     CpuPool(ctx)->ParallelFor(blocks, block_size * 10, [&](int64_t begin, int64_t stop) {
-      for (int64_t b = begin; b < stop; ++b) {
-        const uint64_t upper = b + 1 < blocks ? first[b + 1] : h.n;
-        if (!golomb::DecodeBlock(stream + off[b], stream + off[b + 1], first[b],
-                                 static_cast<int>(param[b]),
-                                 golomb::BlockCount(h.k, log2_block, b), upper,
-                                 out + (b << log2_block))) {
-          AtomicMin(&first_bad, b);
-        }
-      }
+      const int64_t bad =
+          core::DecodeGolombBlocks(h, layout, stream, first, off, param, begin, stop, out);
+      if (bad < stop) AtomicMin(&first_bad, bad);
     });
     const int64_t bad = first_bad.load();
     OP_REQUIRES(ctx, bad == blocks, GolombBlockError(h, layout, off, bad));

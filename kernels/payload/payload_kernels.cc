@@ -3,10 +3,10 @@
 // Formats: kernels/payload/payload_format.h.
 //
 // All four run sequentially on purpose. The container ops touch a few header
-// bytes, one memcpy per section and one CRC32C pass; absl's CRC32C uses the
-// CPU's crc32/pclmul instructions (several GB/s per core) and memcpy is bound
-// by memory bandwidth, so splitting a buffer of at most a few MB across the
-// pool would cost more in scheduling than it saves. The permutation packer
+// bytes, one memcpy per section and one CRC32C pass with the CPU's crc32
+// instruction (~8 GB/s per core, kernels/common/crc32c_sse42.h); memcpy is
+// bound by memory bandwidth, and the other replicas' containers are packed at
+// the same time on the other cores. The permutation packer
 // writes a single LSB-first bit stream, and its validation marks a bitmap at
 // data-dependent positions; both are a few ns per entry, which for the
 // K <= ~10^6 entries they see is well under a millisecond.
@@ -19,10 +19,12 @@
 #include <vector>
 
 #include "absl/crc/crc32c.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "kernels/common/bit_io.h"
+#include "kernels/common/crc32c_sse42.h"
+#include "kernels/common/parse_status_tf.h"
 #include "kernels/payload/payload_format.h"
+#include "kernels/payload/payload_parse.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/framework/tensor_shape.h"
@@ -45,12 +47,14 @@ inline absl::Status Invalid(const std::string& msg) {
   return absl::InvalidArgumentError(msg);
 }
 
+// The SSE4.2 instruction where the CPU has it (TensorFlow's bundled absl
+// computes CRC32C in software here: ~1.8 GB/s, the largest cost of packing
+// and unpacking a dense 25 MB bucket), else absl.
 uint32_t Crc32c(const uint8_t* data, int64_t size) {
+  if (Crc32cSse42Available()) return Crc32cSse42(data, static_cast<size_t>(size));
   return static_cast<uint32_t>(absl::ComputeCrc32c(
       absl::string_view(reinterpret_cast<const char*>(data), static_cast<size_t>(size))));
 }
-
-std::string Hex32(uint32_t v) { return absl::StrFormat("0x%08x", v); }
 
 absl::Status CheckKind(int64_t kind) {
   if (kind < 1 || kind > 255) {
@@ -129,116 +133,7 @@ class PayloadPackOp : public OpKernel {
 // ---------------------------------------------------------------------------
 // PayloadUnpack
 
-// What the header says, located in the payload; every offset and length has
-// been checked against the payload's size.
-struct Header {
-  uint8_t version;
-  uint8_t kind;
-  uint64_t num_meta;
-  int64_t meta_at;  // offset of the first meta varint
-  uint64_t num_sections;
-  int64_t lengths_at;  // offset of the first section-length varint
-  int64_t body_at;     // offset of the first section
-  uint64_t body_bytes;  // sum of the section lengths
-};
-
-std::string Prefix(int64_t size) {
-  return "payload (" + std::to_string(size) + " bytes): ";
-}
-
-// Parses magic, version and the varint header without trusting any count:
-// every count is bounded by the bytes left before it is looped over.
-absl::Status ParseHeader(const uint8_t* begin, int64_t size, Header* h) {
-  const int64_t magic_bytes = size < 4 ? size : 4;
-  if (std::memcmp(begin, kMagic, magic_bytes) != 0) {
-    return Invalid(Prefix(size) + "not a deepreduce_tf payload: it does not start with the "
-                   "magic bytes 'DRPK'; pass the uint8 tensor that payload.pack() produced");
-  }
-  if (size < kMinPayloadBytes) {
-    return Invalid(Prefix(size) + "truncated: too short to hold a header (a payload has at "
-                   "least " + std::to_string(kMinPayloadBytes) + " bytes); make sure the "
-                   "whole payload was received");
-  }
-  h->version = begin[4];
-  h->kind = begin[5];
-  if (h->version == 0) {
-    return Invalid(Prefix(size) + "format version 0 does not exist: the payload is "
-                   "corrupted");
-  }
-  if (h->version > kFormatVersion) {
-    return Invalid(Prefix(size) + "payload format version " + std::to_string(h->version) +
-                   " is newer than this build of deepreduce_tf reads (" +
-                   std::to_string(kFormatVersion) +
-                   "); upgrade deepreduce_tf on the receiving side");
-  }
-  // The header never overlaps the CRC trailer: varints are read before it.
-  const uint8_t* const end = begin + size - kCrcBytes;
-  const uint8_t* p = begin + kFixedBytes;
-  auto varint = [&](const std::string& what, uint64_t* v) -> absl::Status {
-    const VarintStatus st = ReadVarint(&p, end, v);
-    if (st == VarintStatus::kOk) return absl::OkStatus();
-    if (st == VarintStatus::kTruncated) {
-      return Invalid(Prefix(size) + "truncated: it ends inside the header's " + what +
-                     "; make sure the whole payload was received");
-    }
-    return Invalid(Prefix(size) + "malformed header varint (" + what + "): " +
-                   VarintStatusText(st) + "; the payload is corrupted or was not written "
-                   "by deepreduce_tf (a foreign payload)");
-  };
-  TF_RETURN_IF_ERROR(varint("meta count M", &h->num_meta));
-  // Each varint takes at least one byte.
-  if (h->num_meta > static_cast<uint64_t>(end - p)) {
-    return Invalid(Prefix(size) + "header claims M=" + std::to_string(h->num_meta) +
-                   " meta fields, more than its remaining " + std::to_string(end - p) +
-                   " bytes can hold; the payload is truncated, corrupted or foreign");
-  }
-  h->meta_at = p - begin;
-  for (uint64_t i = 0; i < h->num_meta; ++i) {
-    uint64_t unused;
-    TF_RETURN_IF_ERROR(varint("meta value " + std::to_string(i), &unused));
-  }
-  TF_RETURN_IF_ERROR(varint("section count S", &h->num_sections));
-  if (h->num_sections > static_cast<uint64_t>(end - p)) {
-    return Invalid(Prefix(size) + "header claims S=" + std::to_string(h->num_sections) +
-                   " sections, more than its remaining " + std::to_string(end - p) +
-                   " bytes can hold; the payload is truncated, corrupted or foreign");
-  }
-  h->lengths_at = p - begin;
-  // Each length is < 2^63 and there are fewer than 2^63 of them, so the sum
-  // is checked against the size before it could overflow.
-  uint64_t body = 0;
-  for (uint64_t i = 0; i < h->num_sections; ++i) {
-    uint64_t len;
-    TF_RETURN_IF_ERROR(varint("length of section " + std::to_string(i), &len));
-    if (len > static_cast<uint64_t>(size)) {
-      return Invalid(Prefix(size) + "truncated: section " + std::to_string(i) +
-                     " alone claims " + std::to_string(len) +
-                     " bytes, more than the whole payload holds; make sure the whole "
-                     "payload was received");
-    }
-    body += len;
-    if (body > static_cast<uint64_t>(size)) {
-      return Invalid(Prefix(size) + "truncated: its first " + std::to_string(i + 1) +
-                     " sections claim " + std::to_string(body) +
-                     " bytes, more than the whole payload holds");
-    }
-  }
-  h->body_at = p - begin;
-  h->body_bytes = body;
-  const uint64_t want = static_cast<uint64_t>(h->body_at) + body + kCrcBytes;
-  if (static_cast<uint64_t>(size) < want) {
-    return Invalid(Prefix(size) + "truncated: its header (" + std::to_string(h->body_at) +
-                   " bytes) and section lengths imply " + std::to_string(want) +
-                   " bytes, but only " + std::to_string(size) +
-                   " arrived; make sure the whole payload was received");
-  }
-  if (static_cast<uint64_t>(size) > want) {
-    return Invalid(Prefix(size) + "has " + std::to_string(static_cast<uint64_t>(size) - want) +
-                   " unexpected trailing bytes after the " + std::to_string(want) +
-                   " its header implies; pass exactly one payload");
-  }
-  return absl::OkStatus();
-}
+// The container parse and checks: payload_parse.h (TF-free).
 
 class PayloadUnpackOp : public OpKernel {
  public:
@@ -274,67 +169,32 @@ class PayloadUnpackOp : public OpKernel {
     OP_REQUIRES_OK(ctx, CheckVector(payload_t, "payload"));
     const int64_t size = payload_t.NumElements();
     const uint8_t* begin = payload_t.flat<uint8_t>().data();
-    Header h;
-    OP_REQUIRES_OK(ctx, ParseHeader(begin, size, &h));
-    // The structure is consistent; the checksum now tells corruption from a
-    // payload that is intact but of another kind or layout.
-    const uint32_t stored = LoadLE32(begin + size - kCrcBytes);
-    const uint32_t computed = Crc32c(begin, size - kCrcBytes);
-    OP_REQUIRES(ctx, stored == computed,
-                Invalid(Prefix(size) + "CRC32C mismatch (stored " + Hex32(stored) +
-                        ", computed " + Hex32(computed) +
-                        "): the payload was corrupted in transit"));
-    OP_REQUIRES(ctx, h.kind == kind_,
-                Invalid(Prefix(size) + "is of kind " + std::to_string(h.kind) +
-                        ", expected kind " + std::to_string(kind_) +
-                        ": a foreign payload (written for another purpose); unpack it "
-                        "with the kind it was packed with"));
-    OP_REQUIRES(ctx, h.num_meta == static_cast<uint64_t>(num_meta_) &&
-                         h.num_sections == static_cast<uint64_t>(num_sections_),
-                Invalid(Prefix(size) + "holds " + std::to_string(h.num_meta) +
-                        " meta fields and " + std::to_string(h.num_sections) +
-                        " sections, expected " + std::to_string(num_meta_) + " and " +
-                        std::to_string(num_sections_) +
-                        ": a foreign payload (written by another codec or compressor "
-                        "layout); unpack it with the counts it was packed with"));
-
-    // Second pass over the checked header: the varints parse as before.
+    core::Header h;
+    OP_REQUIRES_OK(ctx, ToAbsl(core::ParseHeader(begin, size, &h)));
+    OP_REQUIRES_OK(ctx, ToAbsl(core::CheckContainer(begin, size, h,
+                                                    Crc32c(begin, size - kCrcBytes), kind_,
+                                                    num_meta_, num_sections_)));
     Tensor* meta_t = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({num_meta_}), &meta_t));
-    auto meta = meta_t->flat<int64_t>();
-    const uint8_t* const end = begin + size - kCrcBytes;
-    const uint8_t* p = begin + h.meta_at;
-    for (int64_t i = 0; i < num_meta_; ++i) {
-      uint64_t v = 0;
-      ReadVarint(&p, end, &v);
-      meta(i) = static_cast<int64_t>(v);
-    }
-    for (size_t i = 0; i < expected_fields_.size(); ++i) {
-      const int64_t f = expected_fields_[i];
-      if (meta(f) == expected_values_[i]) continue;
-      const std::string field =
-          field_names_.empty() ? std::to_string(f) : field_names_[f];
-      ctx->CtxFailure(Invalid(
-          "payload field '" + field + "' is " + std::to_string(meta(f)) + ", expected " +
-          std::to_string(expected_values_[i]) +
-          ": the payload was written by a differently configured compressor"));
-      return;
-    }
+    int64_t* meta = meta_t->flat<int64_t>().data();
+    core::ReadMeta(begin, size, h, meta);
+    OP_REQUIRES_OK(ctx, ToAbsl(core::CheckExpectedFields(meta, expected_fields_,
+                                                         expected_values_, field_names_)));
 
     OpOutputList sections;
     OP_REQUIRES_OK(ctx, ctx->output_list("sections", &sections));
-    p = begin + h.lengths_at;
-    const uint8_t* body = begin + h.body_at;
     // Sections are copied: a Tensor::Slice at an arbitrary byte offset would
     // be unaligned, which downstream Eigen kernels may not accept.
-    for (int64_t i = 0; i < num_sections_; ++i) {
-      uint64_t len = 0;
-      ReadVarint(&p, end, &len);
+    core::ForEachSection(begin, size, h, [&](int64_t i, const uint8_t* bytes, int64_t len) {
       Tensor* out = nullptr;
-      OP_REQUIRES_OK(ctx, sections.allocate(i, TensorShape({static_cast<int64_t>(len)}), &out));
-      if (len > 0) std::memcpy(out->flat<uint8_t>().data(), body, len);
-      body += len;
-    }
+      absl::Status st = sections.allocate(i, TensorShape({len}), &out);
+      if (!st.ok()) {
+        ctx->CtxFailure(st);
+        return false;
+      }
+      if (len > 0) std::memcpy(out->flat<uint8_t>().data(), bytes, len);
+      return true;
+    });
   }
 
  private:
@@ -406,57 +266,16 @@ class PermDecodeOp : public OpKernel {
     OP_REQUIRES(ctx, TensorShapeUtils::IsScalar(k_t.shape()),
                 Invalid("k must be a scalar, got shape " + k_t.shape().DebugString()));
     const int64_t k = k_t.scalar<int64_t>()();
-    OP_REQUIRES(ctx, k >= 0, Invalid("k must be >= 0, got " + std::to_string(k)));
-    // Values are < k: out_idx=int32 holds them iff k <= 2^31.
-    OP_REQUIRES(ctx, sizeof(T) == 8 || k <= (int64_t{1} << 31),
-                Invalid("k = " + std::to_string(k) + " > 2^31: its permutation does not "
-                        "fit out_idx=int32; decode with out_idx=tf.int64"));
     const int64_t size = data_t.NumElements();
-    uint64_t want = 0;
-    const bool fits = PermBytes(static_cast<uint64_t>(k), &want);
     // Checked before the output is allocated: k is bounded by the buffer.
-    OP_REQUIRES(ctx, fits && want == static_cast<uint64_t>(size),
-                Invalid("not a valid permutation: data holds " + std::to_string(size) +
-                        " bytes, but a permutation of k=" + std::to_string(k) + " entries of " +
-                        std::to_string(PermBits(static_cast<uint64_t>(k))) +
-                        " bits packs into exactly " +
-                        (fits ? std::to_string(want) : std::string("2^63 or more")) +
-                        "; pass the data perm_encode() produced and its k"));
-
+    OP_REQUIRES_OK(ctx, ToAbsl(core::CheckPermSize(k, size, sizeof(T) == 4)));
     Tensor* out_t = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({k}), &out_t));
-    T* out = out_t->flat<T>().data();
     Tensor seen_t;
     OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_BOOL, TensorShape({k}), &seen_t));
-    bool* seen = seen_t.flat<bool>().data();
-    std::memset(seen, 0, k);
-    const uint8_t* data = data_t.flat<uint8_t>().data();
-    const int b = PermBits(static_cast<uint64_t>(k));
-    BitReader r(data, data + size);
-    for (int64_t i = 0; i < k; ++i) {
-      uint64_t v = 0;
-      // The length was checked: this read succeeds (b = 0 reads nothing).
-      r.GetWide(b, &v);
-      OP_REQUIRES(ctx, v < static_cast<uint64_t>(k),
-                  Invalid("not a valid permutation: entry " + std::to_string(i) + " is " +
-                          std::to_string(v) + ", outside [0, k=" + std::to_string(k) +
-                          "); the data is corrupted or k is wrong"));
-      if (seen[v]) {
-        int64_t first = 0;
-        while (static_cast<uint64_t>(out[first]) != v) ++first;
-        ctx->CtxFailure(Invalid("not a valid permutation: entry " + std::to_string(i) +
-                                " = " + std::to_string(v) + " repeats entry " +
-                                std::to_string(first) +
-                                "; the data is corrupted or k is wrong"));
-        return;
-      }
-      seen[v] = true;
-      out[i] = static_cast<T>(v);
-    }
-    r.Refill();
-    OP_REQUIRES(ctx, r.AtPaddedEnd(),
-                Invalid("not a valid permutation: the padding bits after the last of k=" +
-                        std::to_string(k) + " entries are not zero; the data is corrupted"));
+    OP_REQUIRES_OK(ctx, ToAbsl(core::DecodePerm(data_t.flat<uint8_t>().data(), size, k,
+                                                seen_t.flat<bool>().data(),
+                                                out_t->flat<T>().data())));
   }
 };
 

@@ -13,14 +13,16 @@
 #include <string>
 #include <type_traits>
 
-#include "external/zlib/zlib.h"  // TF's bundled zlib; libtensorflow_framework exports it
 #include "kernels/common/cpu_parallel.h"
+#include "kernels/common/parse_status_tf.h"
+#include "kernels/value/deflate_decode.h"
 #include "kernels/value/dexp.h"
 #include "kernels/value/halfcast.h"
 #include "kernels/value/lsq.h"
 #include "kernels/value/polyfit.h"
 #include "kernels/value/qsgd.h"
 #include "kernels/value/value_args.h"
+#include "kernels/value/value_decode.h"
 #include "kernels/value/value_format.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
@@ -241,17 +243,8 @@ class PolyfitDecodeOp : public OpKernel {
     OP_REQUIRES_OK(ctx, AllocateScratch(ctx, coff[v.num_segs], &cf_t, &cf));
     std::memcpy(cf, v.coefs, 4 * coff[v.num_segs]);
     float* out = out_t->flat<float>().data();
-    const int degree = v.degree;
-    const int64_t num_segs = v.num_segs;
-    CpuPool(ctx)->ParallelFor(k, 4 * (degree + 2), [&](int64_t begin, int64_t end) {
-      int64_t q = std::upper_bound(start, start + num_segs + 1, begin) - start - 1;
-      for (int64_t i = begin; i < end; ++i) {
-        while (i >= start[q + 1]) ++q;
-        const int64_t len = start[q + 1] - start[q];
-        out[i] = static_cast<float>(polyfit::ChebEval(cf + coff[q],
-                                                      polyfit::SegmentDegree(degree, len),
-                                                      polyfit::Abscissa(i - start[q], len)));
-      }
+    CpuPool(ctx)->ParallelFor(k, 4 * (v.degree + 2), [&](int64_t begin, int64_t end) {
+      core::DecodePolyfitRange(v, start, coff, cf, begin, end, out);
     });
   }
 
@@ -338,9 +331,8 @@ class DexpDecodeOp : public OpKernel {
     Tensor* out_t = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({static_cast<int64_t>(k)}), &out_t));
     float* out = out_t->flat<float>().data();
-    const int64_t kk = static_cast<int64_t>(k), pp = static_cast<int64_t>(pos);
-    CpuPool(ctx)->ParallelFor(kk, 60, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) out[i] = dexp::DecodeAt(c[0], c[1], pp, kk, i);
+    CpuPool(ctx)->ParallelFor(static_cast<int64_t>(k), 60, [&](int64_t begin, int64_t end) {
+      core::DecodeDexpRange(c, pos, k, begin, end, out);
     });
   }
 
@@ -350,9 +342,8 @@ class DexpDecodeOp : public OpKernel {
 
 // ---------------------------------------------------------------- qsgd --
 
-// Elements per work item of the bit packer: a multiple of 8, so every item
-// starts on a byte boundary and owns its bytes.
-constexpr int64_t kQsgdChunk = 4096;
+// Elements per work item of the bit packer (value_decode.h).
+using core::kQsgdChunk;
 
 class QsgdEncodeOp : public OpKernel {
  public:
@@ -447,52 +438,19 @@ class QsgdDecodeOp : public OpKernel {
     const uint8_t* p = payload.flat<uint8_t>().data();
     QsgdLayout l;
     OP_REQUIRES_OK(ctx, ParseQsgdFixed(p, size, k, &l));
-    const uint32_t s = l.s, bucket = l.bucket;
-    const uint8_t* scales = p + qsgd::kFixedBytes;
-    const uint8_t* codes = scales + 4 * l.num_buckets;
-    for (uint64_t b = 0; b < l.num_buckets; ++b) {
-      const float m = GetF32(scales + 4 * b);
-      OP_REQUIRES(ctx, QsgdScaleOk(m), QsgdBadScale(b, m));
-    }
-    const int w = l.w;
-    OP_REQUIRES(ctx, l.code_bytes == 0 || QsgdPaddingOk(l, codes[l.code_bytes - 1]),
-                QsgdBadPadding());
+    OP_REQUIRES_OK(ctx, ToAbsl(core::CheckQsgdSections(p, l)));
     Tensor* out_t = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({static_cast<int64_t>(k)}), &out_t));
     float* out = out_t->flat<float>().data();
     const int64_t kk = static_cast<int64_t>(k);
     const int64_t chunks = (kk + kQsgdChunk - 1) / kQsgdChunk;
-    const uint32_t mask = (uint32_t{1} << w) - 1;
     std::atomic<int64_t> first_bad{kk};
     CpuPool(ctx)->ParallelFor(chunks, kQsgdChunk * 10, [&](int64_t begin, int64_t end) {
-      for (int64_t c = begin; c < end; ++c) {
-        const int64_t lo = c * kQsgdChunk, hi = std::min(kk, lo + kQsgdChunk);
-        const uint8_t* src = codes + lo * w / 8;
-        uint64_t acc = 0;
-        int nbits = 0;
-        int64_t b = lo / bucket, next = (b + 1) * static_cast<int64_t>(bucket);
-        float scale = GetF32(scales + 4 * b);
-        for (int64_t i = lo; i < hi; ++i) {
-          if (i == next) {
-            scale = GetF32(scales + 4 * ++b);
-            next += bucket;
-          }
-          while (nbits < w) {
-            acc |= static_cast<uint64_t>(*src++) << nbits;
-            nbits += 8;
-          }
-          const uint32_t code = static_cast<uint32_t>(acc) & mask;
-          acc >>= w;
-          nbits -= w;
-          if (!qsgd::Decode(code, scale, s, &out[i])) {
-            AtomicMin(&first_bad, i);
-            out[i] = 0.0f;
-          }
-        }
-      }
+      const int64_t bad = core::DecodeQsgdChunks(p, l, begin, end, out);
+      if (bad < kk) AtomicMin(&first_bad, bad);
     });
     const int64_t bad = first_bad.load();
-    OP_REQUIRES(ctx, bad == kk, QsgdBadCode(bad, s));
+    OP_REQUIRES(ctx, bad == kk, QsgdBadCode(bad, l.s));
   }
 };
 
@@ -539,26 +497,13 @@ class HalfDecodeOp : public OpKernel {
     float* out = out_t->flat<float>().data();
     const uint8_t* src = payload.flat<uint8_t>().data() + kHeaderBytes;
     CpuPool(ctx)->ParallelFor(static_cast<int64_t>(k), 4, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        const uint16_t h = GetU16(src + 2 * i);
-        out[i] = kCodec == kCodecFp16 ? halfcast::Fp16ToFloat(h) : halfcast::Bf16ToFloat(h);
-      }
+      core::DecodeHalfRange<kCodec>(src, begin, end, out);
     });
   }
 };
 
 // ------------------------------------------------------------- deflate --
-//
-// Payload (after the 16-byte common header):
-//   16  u8   zlib level used (0..9; informational)
-//   17  u8[7] reserved, 0
-//   24  u64  C, length of the zlib stream
-//   32  u8   zlib stream (RFC 1950) of the K float32 values' little-endian bytes
-// CPU only: zlib is a sequential bit stream; there is no CUDA kernel.
-
-constexpr int64_t kDeflateFixedBytes = 32;
-// DEFLATE cannot expand by more than 1032:1 (258-byte matches in ~2 bits).
-constexpr uint64_t kDeflateMaxRatio = 1032;
+// Payload layout: deflate_decode.h.
 
 class DeflateEncodeOp : public OpKernel {
  public:
@@ -628,64 +573,13 @@ class DeflateDecodeOp : public OpKernel {
     const Tensor& payload = ctx->input(0);
     uint64_t k;
     OP_REQUIRES_OK(ctx, ParseHeader(payload, kCodecDeflate, &k));
-    const int64_t size = payload.NumElements();
-    OP_REQUIRES(ctx, size >= kDeflateFixedBytes,
-                SizeMismatch("deflate", size, kDeflateFixedBytes, "fixed fields"));
     const uint8_t* p = payload.flat<uint8_t>().data();
-    bool reserved_zero = p[16] <= 9;
-    for (int i = 17; i < 24; ++i) reserved_zero &= p[i] == 0;
-    OP_REQUIRES(ctx, reserved_zero,
-                Invalid("deflate payload has level " + std::to_string(p[16]) +
-                        " > 9 or nonzero reserved bytes"));
-    const uint64_t clen = GetU64(p + 24);
-    OP_REQUIRES(ctx, clen == static_cast<uint64_t>(size - kDeflateFixedBytes),
-                SizeMismatch("deflate", size, kDeflateFixedBytes + std::min(clen, uint64_t{1} << 62),
-                             "stream length " + std::to_string(clen)));
-    const uint64_t raw = 4 * k;
-    OP_REQUIRES(ctx, raw <= kDeflateMaxRatio * clen + 64,
-                Invalid("deflate payload claims K = " + std::to_string(k) +
-                        " values (" + std::to_string(raw) + " bytes) from a " +
-                        std::to_string(clen) + "-byte stream, beyond DEFLATE's maximum "
-                        "ratio of 1032:1; it is corrupted"));
+    uint64_t clen;
+    OP_REQUIRES_OK(ctx, ToAbsl(core::ParseDeflateFixed(p, payload.NumElements(), k, &clen)));
     Tensor* out_t = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({static_cast<int64_t>(k)}), &out_t));
-    uint8_t dummy = 0;
-    uint8_t* out = k > 0 ? reinterpret_cast<uint8_t*>(out_t->flat<float>().data()) : &dummy;
-    z_stream zs;
-    std::memset(&zs, 0, sizeof(zs));
-    OP_REQUIRES(ctx, inflateInit(&zs) == Z_OK,
-                absl::InternalError("deflate: zlib inflateInit failed"));
-    const uint8_t* in = p + kDeflateFixedBytes;
-    uint64_t in_left = clen, out_left = raw;
-    zs.next_out = out;
-    int rc = Z_OK;
-    while (rc == Z_OK) {
-      const uInt in_step = static_cast<uInt>(std::min<uint64_t>(in_left, 1u << 30));
-      const uInt out_step = static_cast<uInt>(std::min<uint64_t>(out_left, 1u << 30));
-      zs.next_in = const_cast<Bytef*>(in + (clen - in_left));
-      zs.avail_in = in_step;
-      zs.avail_out = out_step;
-      rc = inflate(&zs, Z_NO_FLUSH);
-      const uint64_t used_in = in_step - zs.avail_in, used_out = out_step - zs.avail_out;
-      in_left -= used_in;
-      out_left -= used_out;
-      if (rc == Z_OK && used_in == 0 && used_out == 0) rc = Z_BUF_ERROR;
-    }
-    const std::string zmsg = zs.msg ? std::string(", ") + zs.msg : std::string();
-    inflateEnd(&zs);
-    OP_REQUIRES(ctx, rc == Z_STREAM_END,
-                Invalid(std::string("deflate payload's zlib stream is ") +
-                        (rc == Z_BUF_ERROR ? (out_left == 0 ? "longer than K values"
-                                                            : "truncated")
-                                           : "corrupted") +
-                        " (zlib code " + std::to_string(rc) + zmsg + ")"));
-    OP_REQUIRES(ctx, out_left == 0,
-                Invalid("deflate payload's zlib stream holds " +
-                        std::to_string(raw - out_left) + " bytes, not the " +
-                        std::to_string(raw) + " of K = " + std::to_string(k) + " values"));
-    OP_REQUIRES(ctx, in_left == 0,
-                Invalid("deflate payload has " + std::to_string(in_left) +
-                        " bytes after the end of its zlib stream"));
+    uint8_t* out = k > 0 ? reinterpret_cast<uint8_t*>(out_t->flat<float>().data()) : nullptr;
+    OP_REQUIRES_OK(ctx, ToAbsl(core::InflateValues(p, k, clen, out)));
   }
 };
 
