@@ -34,6 +34,7 @@ import tensorflow as tf
 
 from deepreduce_tf import fusion
 from deepreduce_tf._checks import guarded
+from deepreduce_tf.memory import Sent
 from deepreduce_tf.transport import LocalTransport, ordered_sum
 
 
@@ -125,8 +126,7 @@ class Allgather(Communicator):
         received = transport.all_gather(payloads)
         decoder = compressors[0]  # decoding needs the configuration only, no state
         with tf.device(transport.reduce_device):
-            decoded = [decoder.decompress_batch_flat(p, ctx) for p in received]
-            sums = [ordered_sum(parts) for parts in zip(*decoded)]
+            sums = decoder.decompress_batch_sum(received, ctx)
         return ctx.plan, sums
 
 
@@ -181,20 +181,20 @@ class Allreduce(Communicator):
                     x = tf.debugging.assert_all_finite(
                         x, message=f"gradient {key!r} holds NaN or Inf (nonfinite='raise')")
                 wire_dtype = self.wire_dtype(comp, bucket.dtype)
+                none = (tf.zeros([0], tf.int64), tf.zeros([0], bucket.dtype))
                 if comp.sparsifier.dense:
                     wire = tf.cast(x, wire_dtype)
-                    local = tf.cast(wire, bucket.dtype)
+                    sent = Sent(x - tf.cast(wire, bucket.dtype), *none)
                 else:
                     positions = comp.sparsifier.select_segments(x, bucket.lengths,
                                                                 comp.step_seed(key))
                     wire = tf.cast(tf.gather(x, positions), wire_dtype)
-                    local = tf.scatter_nd(tf.expand_dims(positions, 1),
-                                          tf.cast(wire, bucket.dtype), [sparse_n])
+                    sent = Sent(x, tf.cast(positions, tf.int64), tf.cast(wire, bucket.dtype))
                 # A step holding NaN/Inf still travels (the sum shows the
                 # overflow to loss scaling) but leaves the residual as it was:
                 # one bad step must not poison every later one.
                 keep = tf.logical_not(tf.reduce_all(tf.math.is_finite(x)))
-                update = comp.memory.update(key, x, local, keep=keep)
+                update = comp.memory.update_sent(key, x, sent, keep=keep)
             else:
                 wire = tf.zeros([0], bucket.dtype)
             nbytes = tf.add_n([tf.size(v, out_type=tf.int64) * v.dtype.size

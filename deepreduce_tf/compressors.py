@@ -65,9 +65,11 @@ from deepreduce_tf import fusion
 from deepreduce_tf._checks import check, guarded
 from deepreduce_tf.codecs import index as index_codecs
 from deepreduce_tf.codecs import value as value_codecs
-from deepreduce_tf.memory import Memory, NoMemory, ensure_initialized
+from deepreduce_tf.memory import Memory, NoMemory, Sent, ensure_initialized
+from deepreduce_tf.ops import fusion as fusion_ops
 from deepreduce_tf.ops import payload as payload_ops
 from deepreduce_tf.sparsifiers import Sparsifier
+from deepreduce_tf.transport import ordered_sum
 
 DTYPE_CODES = {tf.float16: 1, tf.bfloat16: 2, tf.float32: 3, tf.float64: 4}
 META_FIELDS = ("mode", "index_codec", "value_codec", "dtype", "n", "config", "k", "count",
@@ -117,7 +119,8 @@ BatchContext.__doc__ = """What compress_batch() keeps locally: the fusion
 plan and one BucketContext per bucket."""
 
 _Encoded = collections.namedtuple(
-    "_Encoded", ["mode", "index", "value", "perm", "k", "count", "aux0", "aux1", "local"])
+    "_Encoded", ["mode", "index", "value", "perm", "k", "count", "aux0", "aux1", "rest",
+                 "positions", "values"])  # the last three: a memory.Sent
 
 
 def _graph_safe(method):
@@ -429,20 +432,22 @@ class Compressor(tf.Module):
         if ienc is None:
             ienc = self.index_codec.encode(order, n)
         if self.sparsifier.dense and venc.perm is None:
-            local = decoded
+            sent = (x - decoded, tf.zeros([0], tf.int64), tf.zeros([0], dtype))
         else:
-            local = tf.scatter_nd(tf.expand_dims(order, 1), decoded, [n])
+            sent = (x, tf.cast(order, tf.int64), decoded)
         return _Encoded(tf.constant(MODE_SPARSE, tf.int64), ienc.section, venc.section,
                         perm_section, k, count, tf.cast(ienc.aux[0], tf.int64),
-                        tf.cast(ienc.aux[1], tf.int64), local), ok
+                        tf.cast(ienc.aux[1], tf.int64), *sent), ok
 
     def _encode_dense(self, x):
         n = x.shape.num_elements()
         empty = tf.zeros([0], tf.uint8)
         nn = tf.constant(n, tf.int64)
         zero = tf.constant(0, tf.int64)
+        # Everything sent as it is: nothing is left for the residual.
         return _Encoded(tf.constant(MODE_DENSE, tf.int64), empty, self._raw_bytes(x), empty,
-                        nn, nn, zero, zero, x)
+                        nn, nn, zero, zero, tf.zeros_like(x), tf.zeros([0], tf.int64),
+                        tf.zeros([0], x.dtype))
 
     def value_limit(self, dtype):
         """The largest |x| the value codec carries for a gradient of `dtype`
@@ -480,11 +485,17 @@ class Compressor(tf.Module):
         if self.nonfinite == "dense":
             keep = tf.cond(fits, lambda: tf.constant(False),
                            lambda: tf.logical_not(tf.reduce_all(tf.math.is_finite(x))))
-        update = self.memory.update(key, x, enc.local, keep=keep)
+        update = self.memory.update_sent(key, x, Sent(enc.rest, enc.positions, enc.values),
+                                         keep=keep)
         return enc, update
 
     def _decode_sparse(self, meta, sections, n, dtype):
-        index_section, value_section, perm_section = sections[:3]
+        if self.sparsifier.dense:
+            return self._decode_all_positions(meta, sections, n, dtype)
+        positions, values = self._decode_sparse_parts(meta, sections, n, dtype)
+        return fusion_ops.scatter_sum(positions, values, n)
+
+    def _sparse_count(self, meta, sections, n):
         # A CRC-valid header is still not trusted: 0 <= K <= count <= n
         # (count > K only for Bloom p0's false positives).
         k, count = meta[F_K], meta[F_COUNT]
@@ -492,31 +503,40 @@ class Compressor(tf.Module):
                         check(count <= n, "payload header: value count exceeds the tensor's size"),
                         check(k <= count, "payload header: K exceeds the value count"),
                         *self._unused_checks(meta, sections))
+        return k, count
+
+    def _decode_all_positions(self, meta, sections, n, dtype):
+        """A sparse-mode payload of a dense sparsifier: n values, in order."""
+        value_section, perm_section = sections[1], sections[2]
+        _, count = self._sparse_count(meta, sections, n)
         vc = self.value_codec
-        if self.sparsifier.dense:
-            count = guarded(count, check(tf.equal(count, n),
-                                         "dense-sparsifier payload must carry n values"))
-            values = vc.decode(value_section, count, dtype, n)
-            if vc.sorting:
-                perm = payload_ops.perm_decode(perm_section, count)
-                return tf.scatter_nd(tf.expand_dims(perm, 1), tf.cast(values, dtype), [n])
-            return tf.reshape(tf.cast(values, dtype), [n])
+        count = guarded(count, check(tf.equal(count, n),
+                                     "dense-sparsifier payload must carry n values"))
+        values = vc.decode(value_section, count, dtype, n)
+        if vc.sorting:
+            perm = payload_ops.perm_decode(perm_section, count)
+            return tf.scatter_nd(tf.expand_dims(perm, 1), tf.cast(values, dtype), [n])
+        return tf.reshape(tf.cast(values, dtype), [n])
+
+    def _decode_sparse_parts(self, meta, sections, n, dtype):
+        """A sparse-mode payload (sparsifier not dense) -> (positions, int64
+        [count], unique; values [count] in dtype)."""
+        index_section, value_section, perm_section = sections[:3]
+        k, count = self._sparse_count(meta, sections, n)
+        vc = self.value_codec
         if self.index_codec.carries_order:
             positions = self.index_codec.decode(index_section, n, count, None)
-            positions = guarded(positions, check(
-                tf.equal(tf.size(positions, out_type=tf.int64), count),
-                "decoded positions differ in number from the payload header's value count"))
         else:
             positions = self.index_codec.decode(index_section, n, k, (meta[F_AUX0],
                                                                         meta[F_AUX1]))
-            positions = guarded(positions, check(
-                tf.equal(tf.size(positions, out_type=tf.int64), count),
-                "decoded positions differ in number from the payload header's value count"))
+        positions = guarded(positions, check(
+            tf.equal(tf.size(positions, out_type=tf.int64), count),
+            "decoded positions differ in number from the payload header's value count"))
         values = vc.decode(value_section, count, dtype, n)
         if vc.sorting and not self.index_codec.carries_order:
             perm = payload_ops.perm_decode(perm_section, count)
             positions = tf.gather(positions, perm)
-        return tf.scatter_nd(tf.expand_dims(positions, 1), tf.cast(values, dtype), [n])
+        return tf.cast(positions, tf.int64), tf.cast(values, dtype)
 
     # -------------------------------------------------------------- public API
     @_graph_safe
@@ -675,27 +695,66 @@ class Compressor(tf.Module):
         bucket vector [n] (sparse section, then dense section)."""
         if not isinstance(ctx, BucketContext):
             raise TypeError(f"ctx must be the BucketContext of compress_bucket(), got {ctx!r}")
+        return self.decompress_buckets_sum([payload], ctx)
+
+    def _unpack_bucket(self, payload, ctx):
         b = ctx.bucket
         expected = {F_INDEX: self.index_codec.codec_id, F_VALUE: self.value_codec.codec_id,
                     F_DTYPE: DTYPE_CODES[b.dtype], F_N: b.sparse_n, F_CONFIG: self.config_id,
                     F_DENSE_N: b.dense_n, F_LAYOUT: b.layout_id}
         if not b.sparse_n:
             expected[F_MODE] = MODE_DENSE
-        meta, sections = payload_ops.unpack(payload, BUCKET_SECTIONS, len(BUCKET_FIELDS),
-                                            kind=KIND_BUCKET, expected=expected,
-                                            field_names=list(BUCKET_FIELDS))
-        parts = []
-        if b.sparse_n:
-            parts.append(self._decode_modes(meta, sections, b.sparse_n, b.dtype))
-        else:  # no sparse section: its fields and sections are empty
-            parts.append(self._decode_dense(meta, sections, 0, b.dtype))
-        if b.dense_n:
-            parts.append(value_codecs.RawValue().decode(
-                sections[3], tf.constant(b.dense_n, tf.int64), b.dtype))
+        return payload_ops.unpack(payload, BUCKET_SECTIONS, len(BUCKET_FIELDS),
+                                  kind=KIND_BUCKET, expected=expected,
+                                  field_names=list(BUCKET_FIELDS))
+
+    def _decode_parts(self, meta, sections, n, dtype):
+        """(positions, values) of a bucket's sparse section in either mode (a
+        dense-mode payload: every position)."""
+        mode = meta[F_MODE]
+        mode = guarded(mode, check(mode <= MODE_SPARSE, "payload field 'mode' is not 0 or 1"))
+        return tf.cond(
+            tf.equal(mode, MODE_SPARSE),
+            lambda: self._decode_sparse_parts(meta, sections, n, dtype),
+            lambda: (tf.range(n, dtype=tf.int64), self._decode_dense(meta, sections, n, dtype)))
+
+    @_graph_safe
+    def decompress_buckets_sum(self, payloads, ctx):
+        """The SUM, in list order, of compress_bucket() payloads of several
+        workers for one bucket, as its flat vector [n]. Sparse sections are
+        scattered once, all payloads' positions together (ScatterNd adds in
+        update order: the same bits as decoding each and summing in order)."""
+        if not isinstance(ctx, BucketContext):
+            raise TypeError(f"ctx must be the BucketContext of compress_bucket(), got {ctx!r}")
+        b = ctx.bucket
+        unpacked = [self._unpack_bucket(p, ctx) for p in payloads]
+        checks = []
+        if not b.sparse_n:  # no sparse section: its fields and sections are empty
+            checks += [self._decode_dense(meta, sections, 0, b.dtype)
+                       for meta, sections in unpacked]
+            sparse = None
+        elif self.sparsifier.dense:
+            sparse = ordered_sum([self._decode_modes(meta, sections, b.sparse_n, b.dtype)
+                                  for meta, sections in unpacked])
         else:
-            parts[0] = guarded(parts[0], check(tf.equal(tf.size(sections[3]), 0),
-                                               "bucket payload's dense section must be empty"))
-        return tf.reshape(parts[0] if len(parts) == 1 else tf.concat(parts, 0), [b.n])
+            parts = [self._decode_parts(meta, sections, b.sparse_n, b.dtype)
+                     for meta, sections in unpacked]
+            positions = tf.concat([p for p, _ in parts], 0)
+            values = tf.concat([v for _, v in parts], 0)
+            sparse = fusion_ops.scatter_sum(positions, values, b.sparse_n)
+        if b.dense_n:
+            dense = ordered_sum([value_codecs.RawValue().decode(
+                sections[3], tf.constant(b.dense_n, tf.int64), b.dtype)
+                for _, sections in unpacked])
+        else:
+            dense = None
+            checks += [check(tf.equal(tf.size(sections[3]), 0),
+                             "bucket payload's dense section must be empty")
+                       for _, sections in unpacked]
+        flat = [t for t in (sparse, dense) if t is not None]
+        flat = flat[0] if len(flat) == 1 else (tf.concat(flat, 0) if flat
+                                               else tf.zeros([0], b.dtype))
+        return tf.reshape(guarded(flat, *checks), [b.n])
 
     def plan(self, keys, tensors):
         """The fusion plan of a batch (cached per keys, shapes and dtypes)."""
@@ -888,13 +947,29 @@ class Compressor(tf.Module):
         vector per bucket (sum these across workers, then ctx.plan.unpack)."""
         if not isinstance(ctx, BatchContext):
             raise TypeError(f"ctx must be the BatchContext of compress_batch(), got {ctx!r}")
+        return [self.decompress_bucket(p, c)
+                for p, c in zip(self._unpack_batch(payload, ctx), ctx.contexts)]
+
+    def _unpack_batch(self, payload, ctx):
         if len(ctx.contexts) == 1:
-            return [self.decompress_bucket(payload, ctx.contexts[0])]
+            return [payload]
         _, parts = payload_ops.unpack(
             payload, len(ctx.contexts), len(BATCH_FIELDS), kind=payload_ops.KIND_BATCH,
             expected={0: len(ctx.contexts), 1: self.config_id, 2: ctx.plan.layout_id},
             field_names=list(BATCH_FIELDS))
-        return [self.decompress_bucket(p, c) for p, c in zip(parts, ctx.contexts)]
+        return parts
+
+    @_graph_safe
+    def decompress_batch_sum(self, payloads, ctx):
+        """The SUM, in list order, of several workers' compress_batch()
+        payloads, as one flat vector per bucket: bit for bit the ordered sum
+        of their decompress_batch_flat() vectors, with one scatter per bucket
+        instead of one per payload (then ctx.plan.unpack)."""
+        if not isinstance(ctx, BatchContext):
+            raise TypeError(f"ctx must be the BatchContext of compress_batch(), got {ctx!r}")
+        per_payload = [self._unpack_batch(p, ctx) for p in payloads]
+        return [self.decompress_buckets_sum([parts[i] for parts in per_payload], c)
+                for i, c in enumerate(ctx.contexts)]
 
     @_graph_safe
     def decompress_batch(self, payload, ctx):

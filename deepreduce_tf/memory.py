@@ -21,6 +21,8 @@ import weakref
 
 import tensorflow as tf
 
+from deepreduce_tf.ops import fusion as fusion_ops
+
 
 class Memory(tf.Module, abc.ABC):
     """Base class: compensate() before compressing, update() after."""
@@ -41,8 +43,30 @@ class Memory(tf.Module, abc.ABC):
         None): callers make their output depend on it, so that a TF1 graph
         runs it."""
 
+    def update_sent(self, key, compensated, sent, keep=None):
+        """update() with what was sent given as a Sent (sparse form). The
+        default materializes the decoded tensor; ResidualMemory does not."""
+        return self.update(key, compensated, sent.decoded(compensated), keep=keep)
+
     def config(self):
         return {}
+
+
+class Sent(collections.namedtuple("Sent", ["rest", "positions", "values"])):
+    """What the receivers decode from a payload, in the form error feedback
+    needs without a dense pass: compensated - decoded equals `rest` with
+    `values` subtracted at `positions` (int64 [count], unique). A sparse
+    step: rest = compensated; a step sent dense: rest = zeros, no positions;
+    a lossy dense codec: rest = compensated - decoded, no positions."""
+
+    def residual(self):
+        if self.positions.shape.num_elements() == 0:
+            return self.rest
+        return fusion_ops.scatter_subtract(self.rest, self.positions, self.values)
+
+    def decoded(self, compensated):
+        """The dense decoded tensor (for memories that want it)."""
+        return compensated - self.residual()
 
 
 class NoMemory(Memory):
@@ -52,6 +76,9 @@ class NoMemory(Memory):
         return tensor
 
     def update(self, key, compensated, decoded, keep=None):
+        return None
+
+    def update_sent(self, key, compensated, sent, keep=None):
         return None
 
 
@@ -151,9 +178,17 @@ class ResidualMemory(Memory):
         return tf.cast(self.beta, tensor.dtype) * r + tf.cast(self.gamma, tensor.dtype) * tensor
 
     def update(self, key, compensated, decoded, keep=None):
+        return self._store(key, compensated, lambda: compensated - decoded, keep)
+
+    def update_sent(self, key, compensated, sent, keep=None):
+        # One copy of rest and K subtractions, instead of a dense scatter of
+        # the decoded values and a dense subtraction.
+        return self._store(key, compensated, sent.residual, keep)
+
+    def _store(self, key, compensated, new_residual, keep):
         r = self.residual(key, like=compensated)
         if keep is None:
-            return r.assign(compensated - decoded)
+            return r.assign(new_residual())
 
         def kept():
             # A residual that is not finite (restored from an old run, say)
@@ -162,7 +197,7 @@ class ResidualMemory(Memory):
             return tf.cond(tf.reduce_all(tf.math.is_finite(old)), lambda: old,
                            lambda: _reset(key, old))
 
-        return r.assign(tf.cond(keep, kept, lambda: compensated - decoded))
+        return r.assign(tf.cond(keep, kept, new_residual))
 
 
 def _reset(key, residual):

@@ -298,3 +298,53 @@ def test_hostile_counts_in_a_crc_valid_header_are_refused(rng):
                              kind=C.KIND_BUCKET)
     with pytest.raises(tf.errors.InvalidArgumentError, match="exceeds"):
         comp.decompress_batch(forged, ctx)
+
+
+# ------------------------------------------------ in-order scatter ops
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_scatter_sum_adds_in_update_order_like_numpy(rng, dtype):
+    from deepreduce_tf.ops import fusion as fusion_ops
+
+    n = 1000
+    # Two "payloads" with overlapping positions, as all-gathered workers send.
+    pos = np.concatenate([rng.choice(n, 300, replace=False), rng.choice(n, 300, replace=False)])
+    val = rng.standard_normal(600).astype(dtype) * 100
+    want = np.zeros(n, dtype)
+    for p, v in zip(pos, val):  # the order matters for the last bits
+        want[p] = dtype(want[p] + v)
+    got = fusion_ops.scatter_sum(pos.astype(np.int64), val, n).numpy()
+    np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+    ref = tf.scatter_nd(pos[:, None].astype(np.int64), val, [n]).numpy()
+    np.testing.assert_array_equal(got.view(np.uint8), ref.view(np.uint8))
+
+
+def test_scatter_subtract_matches_numpy_and_leaves_its_input_alone(rng):
+    from deepreduce_tf.ops import fusion as fusion_ops
+
+    rest = tf.constant(rng.standard_normal(500).astype(np.float32))
+    pos = rng.choice(500, 50, replace=False).astype(np.int64)
+    val = rng.standard_normal(50).astype(np.float32)
+
+    @tf.function
+    def both(rest):
+        return fusion_ops.scatter_subtract(rest, pos, val), rest * 1.0
+
+    out, still = both(rest)
+    want = rest.numpy().copy()
+    want[pos] -= val
+    np.testing.assert_array_equal(out.numpy(), want)
+    np.testing.assert_array_equal(still.numpy(), rest.numpy())  # not written in place
+
+
+@pytest.mark.parametrize("bad", [-1, 100])
+def test_scatter_ops_refuse_positions_outside_the_vector(bad):
+    from deepreduce_tf.ops import fusion as fusion_ops
+
+    pos = np.array([3, bad], np.int64)
+    val = np.ones(2, np.float32)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"positions\[1\] = .* outside"):
+        fusion_ops.scatter_sum(pos, val, 100)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"positions\[1\] = .* outside"):
+        fusion_ops.scatter_subtract(tf.zeros([100]), pos, val)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="one length"):
+        fusion_ops.scatter_sum(pos, np.ones(3, np.float32), 100)

@@ -66,3 +66,51 @@ def split_reshape(flat, shapes, name=None):
         raise TypeError(f"split_reshape needs a float vector, got {flat.dtype.name}")
     return list(_loader.load().deep_reduce_split_reshape(
         flat, N=len(shapes), shapes=[s.as_list() for s in shapes], name=name))
+
+
+def _gpu_process():
+    """True if this process sees a GPU: the scatter ops below then use
+    TensorFlow's (the library's are CPU-only)."""
+    return bool(tf.config.list_logical_devices("GPU"))
+
+
+def scatter_sum(positions, values, n, name=None):
+    """A vector of n zeros with values[i] added at positions[i], in order.
+
+    Bit for bit what scatter_nd gives on the CPU (duplicate positions sum in
+    update order), at a few ns per update instead of ~80.
+
+    Args:
+      positions: int64 vector, every entry in [0, n).
+      values: a float vector of the same length.
+      n: the output length (a Python int).
+
+    Raises:
+      InvalidArgumentError: (run time) a position outside [0, n) or lengths
+        that differ; nothing is written.
+    """
+    positions = tf.convert_to_tensor(positions, tf.int64)
+    values = tf.convert_to_tensor(values)
+    if values.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"scatter_sum needs float values, got {values.dtype.name}")
+    if _gpu_process():
+        return tf.scatter_nd(tf.expand_dims(positions, 1), values, [int(n)], name=name)
+    return _loader.load().deep_reduce_scatter_sum(positions, values, n=int(n), name=name)
+
+
+def scatter_subtract(rest, positions, values, name=None):
+    """rest with values[i] subtracted at positions[i], in order (rest's
+    buffer is reused when nothing else holds it).
+
+    Raises:
+      InvalidArgumentError: (run time) a position outside rest's length or
+        lengths that differ.
+    """
+    rest = tf.convert_to_tensor(rest)
+    positions = tf.convert_to_tensor(positions, tf.int64)
+    values = tf.convert_to_tensor(values, rest.dtype)
+    if rest.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"scatter_subtract needs a float vector, got {rest.dtype.name}")
+    if _gpu_process():
+        return tf.tensor_scatter_nd_sub(rest, tf.expand_dims(positions, 1), values, name=name)
+    return _loader.load().deep_reduce_scatter_subtract(rest, positions, values, name=name)

@@ -56,7 +56,39 @@ absl::Status SplitReshapeShape(InferenceContext* c) {
   return absl::OkStatus();
 }
 
+// ScatterSubtract: the output takes rest's shape (a vector).
+absl::Status ScatterSubtractShape(InferenceContext* c) {
+  ShapeHandle rest;
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 1, &rest));
+  c->set_output(0, rest);
+  return absl::OkStatus();
+}
+
+// ScatterSum: [n].
+absl::Status ScatterSumShape(InferenceContext* c) {
+  int64_t n = 0;
+  TF_RETURN_IF_ERROR(c->GetAttr("n", &n));
+  c->set_output(0, c->Vector(n));
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+REGISTER_OP("DeepReduce>ScatterSum")
+    .Input("positions: int64")
+    .Input("values: T")
+    .Output("sum: T")
+    .Attr("n: int >= 0")
+    .Attr("T: {half, bfloat16, float, double}")
+    .SetShapeFn(ScatterSumShape);
+
+REGISTER_OP("DeepReduce>ScatterSubtract")
+    .Input("rest: T")
+    .Input("positions: int64")
+    .Input("values: T")
+    .Output("out: T")
+    .Attr("T: {half, bfloat16, float, double}")
+    .SetShapeFn(ScatterSubtractShape);
 
 REGISTER_OP("DeepReduce>FlattenConcat")
     .Input("values: N * T")
