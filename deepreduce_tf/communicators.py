@@ -148,6 +148,9 @@ class Allreduce(Communicator):
         elif compressor.value_codec.name not in self.WIRE_DTYPES:
             problems.append(f"value codec {compressor.value_codec.name!r} is summable but has no "
                             f"wire dtype here (use {', '.join(self.WIRE_DTYPES)})")
+        if getattr(compressor, "warmup_steps", 0) or getattr(compressor, "clip_norm", None):
+            problems.append("warm-up and local clipping are implemented by the all-gather "
+                            "exchange only")
         if problems:
             raise ValueError("communicator 'allreduce' sums payloads element by element, but "
                              + "; ".join(problems) + ". Use communicator='allgather', which "

@@ -57,6 +57,7 @@ scaling sees the overflow and skips the step; its residual is left unchanged.
 nonfinite='raise' raises InvalidArgumentError naming the variable instead.
 """
 import collections
+import math
 import zlib
 
 import tensorflow as tf
@@ -83,6 +84,7 @@ MODE_DENSE, MODE_SPARSE, MODE_SLICES = 0, 1, 2
 NUM_SECTIONS = 3
 BUCKET_SECTIONS = 4
 KIND_BUCKET = 3
+WARMUP_CHOICES = ("dense", "exponential")
 NONFINITE_CHOICES = ("dense", "raise")
 DEFAULT_MIN_SIZE = 1024
 BATCH_FIELDS = ("count", "config", "layout")
@@ -200,6 +202,17 @@ class Compressor(tf.Module):
         brought their own; tf.distribute integrations use it to create
         per-replica variables.
       bucket_cap_mb: fusion bucket size for compress_batch (MiB).
+      warmup_steps: the first warmup_steps steps of every tensor/bucket
+        are a warm-up (default 0: none), of kind `warmup`:
+          'dense'        sent uncompressed (dense mode, residual empty);
+          'exponential'  DGC's warm-up: top-k density falls exponentially
+                         from 25 % at step 1 to compress_ratio at step
+                         warmup_steps + 1 (ratio_t = 0.25 (r / 0.25)^((t-1)/W));
+                         needs compressor 'topk'.
+      clip_norm: local gradient clipping (DGC): each worker scales its
+        gradients so that their global L2 norm (over the batch of
+        compress_batch, over the tensor for compress) is at most clip_norm,
+        before error feedback. None (default): no clipping.
 
     Raises:
       ValueError: an incompatible combination (the message says why).
@@ -208,7 +221,8 @@ class Compressor(tf.Module):
     def __init__(self, sparsifier, index_codec=None, value_codec=None, memory=None,
                  communicator=None, min_size=DEFAULT_MIN_SIZE, nonfinite="dense", seed=0,
                  ledger="default", variable_factory=None, name=None,
-                 bucket_cap_mb=fusion.DEFAULT_BUCKET_CAP_MB):
+                 bucket_cap_mb=fusion.DEFAULT_BUCKET_CAP_MB, warmup_steps=0, warmup="dense",
+                 clip_norm=None):
         super().__init__(name=name)
         from deepreduce_tf import accounting, communicators
 
@@ -241,6 +255,28 @@ class Compressor(tf.Module):
             raise ValueError(f"seed must be an int, got {seed!r}")
         self.seed = seed
         self.bucket_cap_mb = fusion.check_bucket_cap_mb(bucket_cap_mb)
+        if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
+            raise ValueError(f"warmup_steps must be an integer >= 0, got {warmup_steps!r}")
+        if warmup not in WARMUP_CHOICES:
+            raise ValueError(f"warmup must be one of {', '.join(WARMUP_CHOICES)}, got {warmup!r}")
+        if warmup_steps and self.sparsifier.dense:
+            raise ValueError("warmup_steps needs a sparsifier (compressor 'none' sends every "
+                             "position already)")
+        if warmup_steps and warmup == "exponential" and not hasattr(self.sparsifier,
+                                                                    "select_ratio"):
+            raise ValueError(f"warmup='exponential' shrinks top-k's ratio; compressor "
+                             f"{self.sparsifier.name!r} has none (use warmup='dense')")
+        self.warmup_steps = warmup_steps
+        self.warmup = warmup
+        if clip_norm is not None:
+            try:
+                clip_norm = float(clip_norm)
+            except (TypeError, ValueError):
+                clip_norm = -1.0
+            if not clip_norm > 0 or clip_norm == float("inf"):
+                raise ValueError(f"clip_norm must be a finite number > 0 or None, got "
+                                 f"{clip_norm!r}")
+        self.clip_norm = clip_norm
         if self.sparsifier.dense and self.index_codec.name != "raw":
             raise ValueError(f"index codec {self.index_codec.name!r} needs a sparsifier: with "
                              "compressor 'none' every position is sent and no index travels; "
@@ -316,11 +352,44 @@ class Compressor(tf.Module):
                 self.steps[key] = counter
         return counter
 
-    def step_seed(self, key):
+    def advance(self, key):
+        """Advances the key's step counter; returns the step number (1 on the
+        first step)."""
+        return self.step_counter(key).assign_add(1)
+
+    def step_seed(self, key, step=None):
         """A per-key, per-step seed, equal on every worker (advances the
-        key's step counter)."""
-        step = self.step_counter(key).assign_add(1)
+        key's step counter unless `step`, from advance(), is given)."""
+        step = self.advance(key) if step is None else step
         return step + tf.constant(_key_seed(key, self.seed) << 20, tf.int64)
+
+    def _counted(self, dense):
+        """True if a compress of a tensor/bucket advances a step counter."""
+        return self._needs_seed(dense) or (not dense and self.warmup_steps > 0)
+
+    def _warmup_plan(self, step):
+        """(in_warmup, ratio) for this step: a bool scalar (None without
+        warm-up) and, for the exponential warm-up, the step's top-k ratio."""
+        if not self.warmup_steps:
+            return None, None
+        steps = tf.constant(self.warmup_steps, tf.int64)
+        in_warmup = step <= steps
+        if self.warmup == "dense":
+            return in_warmup, None
+        start, target = 0.25, self.sparsifier.compress_ratio
+        if target >= start:
+            return None, None
+        frac = tf.cast(tf.minimum(step - 1, steps), tf.float64) / float(self.warmup_steps)
+        ratio = start * tf.exp(frac * math.log(target / start))
+        return in_warmup, ratio
+
+    def _clip(self, tensors):
+        """Local clipping: tensors scaled so that their global L2 norm is at
+        most clip_norm (unchanged when it is already)."""
+        if self.clip_norm is None:
+            return tensors
+        clipped, _ = tf.clip_by_global_norm(tensors, self.clip_norm)
+        return [tf.convert_to_tensor(t) for t in clipped]
 
     _step_seed = step_seed
 
@@ -330,8 +399,11 @@ class Compressor(tf.Module):
         graph (see memory.ensure_initialized); [] under eager execution."""
         variables = []
         if like is not None and not isinstance(self.memory, NoMemory):
+            state = getattr(self.memory, "state_variables", None)
             residual = getattr(self.memory, "residual", None)
-            if residual is not None:
+            if state is not None:
+                variables.extend(state(key, like))
+            elif residual is not None:
                 variables.append(residual(key, like=like))
         if seeded:
             variables.append(self.step_counter(key))
@@ -388,7 +460,7 @@ class Compressor(tf.Module):
         return payload_ops.pack([empty, self._raw_bytes(x), empty], meta)
 
     # ---------------------------------------------------------------- encoding
-    def _encode_sparse(self, x, seed, lengths=None):
+    def _encode_sparse(self, x, seed, lengths=None, ratio=None):
         """x: flat compensated gradient (one tensor, or a bucket's sparse
         section with segment `lengths`). Returns (_Encoded, ok): ok is a bool
         tensor, False if the value codec decoded a finite value to NaN/Inf in
@@ -405,9 +477,15 @@ class Compressor(tf.Module):
             values = x
         else:
             if lengths is None:
-                idx = self.sparsifier.select(x, seed)
+                select = lambda: self.sparsifier.select(x, seed)  # noqa: E731
             else:
-                idx = self.sparsifier.select_segments(x, lengths, seed)
+                select = lambda: self.sparsifier.select_segments(x, lengths, seed)  # noqa: E731
+            if ratio is None:
+                idx = select()
+            else:  # the exponential warm-up: this step's ratio until it ends
+                in_warmup, value = ratio
+                idx = tf.cond(in_warmup, lambda: tf.cast(self.sparsifier.select_ratio(
+                    x, lengths or [n], value), tf.int64), lambda: tf.cast(select(), tf.int64))
             k = tf.size(idx, out_type=tf.int64)
             if not self.index_codec.carries_order:
                 ienc = self.index_codec.encode(idx, n)
@@ -459,7 +537,7 @@ class Compressor(tf.Module):
             limit = min(limit, float(self.value_codec.max_abs))
         return limit
 
-    def _encode_guarded(self, x, key, seed, lengths=None):
+    def _encode_guarded(self, x, key, seed, lengths=None, step=None):
         """Memory-compensated x -> (_Encoded, memory update op).
 
         The step is sent dense, in x's own dtype, when x holds a value the
@@ -473,9 +551,13 @@ class Compressor(tf.Module):
                 x, message=f"gradient {key!r} holds NaN or Inf (nonfinite='raise')")
         # One pass: NaN and Inf compare False as well.
         fits = tf.reduce_all(tf.abs(x) <= tf.constant(self.value_limit(x.dtype), x.dtype))
+        in_warmup, ratio = self._warmup_plan(step) if step is not None else (None, None)
+        if in_warmup is not None and ratio is None:  # dense warm-up: sent as it is
+            fits = tf.logical_and(fits, tf.logical_not(in_warmup))
+        ratio = (in_warmup, ratio) if ratio is not None else None
 
         def sparse():
-            enc, ok = self._encode_sparse(x, seed, lengths)
+            enc, ok = self._encode_sparse(x, seed, lengths, ratio)
             if ok is None:
                 return enc
             return tf.cond(ok, lambda: enc, lambda: self._encode_dense(x))
@@ -566,16 +648,18 @@ class Compressor(tf.Module):
         identity = self.identity(key, tensor.shape)
         dense = n < self.min_size
         x = tf.reshape(tensor, [-1])
-        seeded = self._needs_seed(dense)
-        deps = self.state_dependencies(key, None if dense else x, seeded)
+        seeded, counted = self._needs_seed(dense), self._counted(dense)
+        deps = self.state_dependencies(key, None if dense else x, counted)
         with tf.control_dependencies(deps):
             if dense:
                 payload = self._dense_payload(x, identity)
                 ctx, effects = self._context(key, tensor, True, payload)
                 return guarded(payload, *effects), ctx
+            (x,) = self._clip([x])
             x = self.memory.compensate(x, key)
-            seed = self.step_seed(key) if seeded else tf.constant(0, tf.int64)
-            enc, update = self._encode_guarded(x, key, seed)
+            step = self.advance(key) if counted else None
+            seed = self.step_seed(key, step) if seeded else tf.constant(0, tf.int64)
+            enc, update = self._encode_guarded(x, key, seed, step=step)
             meta = self._meta(enc.mode, x.dtype, n, enc.k, enc.count, (enc.aux0, enc.aux1),
                               config=identity)
             payload = payload_ops.pack([enc.index, enc.value, enc.perm], meta)
@@ -670,13 +754,15 @@ class Compressor(tf.Module):
         x = flat[:sparse_n] if dense_n else flat
         rest = flat[sparse_n:] if sparse_n else flat
         seeded = sparse_n > 0 and self._needs_seed(False)
-        deps = self.state_dependencies(key, x if sparse_n else None, seeded)
+        counted = sparse_n > 0 and self._counted(False)
+        deps = self.state_dependencies(key, x if sparse_n else None, counted)
         with tf.control_dependencies(deps):
             update = None
             if sparse_n:
                 x = self.memory.compensate(x, key)
-                seed = self.step_seed(key) if seeded else tf.constant(0, tf.int64)
-                enc, update = self._encode_guarded(x, key, seed, bucket.lengths)
+                step = self.advance(key) if counted else None
+                seed = self.step_seed(key, step) if seeded else tf.constant(0, tf.int64)
+                enc, update = self._encode_guarded(x, key, seed, bucket.lengths, step)
             else:
                 enc = self._encode_dense(tf.zeros([0], bucket.dtype))
             dense_section = self._raw_bytes(rest) if dense_n else tf.zeros([0], tf.uint8)
@@ -925,6 +1011,7 @@ class Compressor(tf.Module):
         for t, k in zip(tensors, keys):
             self._check_tensor(t, k)
         plan = self.plan(keys, tensors)
+        tensors = self._clip(tensors)
         parts, ctxs = [], []
         for bucket, flat in zip(plan.buckets, plan.pack(tensors)):
             p, c = self.compress_bucket(bucket, flat)

@@ -209,7 +209,80 @@ def _reset(key, residual):
         return tf.zeros_like(residual)
 
 
-MEMORIES = collections.OrderedDict((c.name_, c) for c in (NoMemory, ResidualMemory))
+class MomentumCorrectionMemory(ResidualMemory):
+    """DGC's momentum correction and momentum factor masking (Lin et al.,
+    ICLR 2018): error feedback accumulates the VELOCITY, not the raw
+    gradient, so that momentum SGD keeps its meaning under sparsification.
+
+        u <- m u + g          (velocity, per worker)
+        v <- v + u            (what is compressed: accumulated velocity)
+        send top-k of v; v <- v - sent
+        u[sent positions] <- 0   (factor masking: no stale momentum)
+
+    The optimizer must then be plain SGD (momentum 0): the momentum lives
+    here. A step sent dense (overflow, warm-up) masks nothing, so a dense
+    step is exactly one step of momentum SGD. With m = 0 this is
+    ResidualMemory.
+    """
+
+    name_ = "dgc"
+
+    def __init__(self, momentum=0.9, variable_factory=None, name=None):
+        super().__init__(variable_factory=variable_factory, name=name)
+        momentum = float(momentum)
+        if not 0.0 <= momentum < 1.0:
+            raise ValueError(f"momentum must lie in [0, 1), got {momentum!r}")
+        self.momentum = momentum
+        self.velocities = {}
+        # compensate() -> the new velocity, which update_sent() masks and
+        # stores (both run in the same step's graph).
+        object.__setattr__(self, "_new_velocity", {})
+
+    def config(self):
+        return {"momentum": self.momentum}
+
+    def velocity(self, key, like):
+        var = self.velocities.get(key)
+        if var is None:
+            with tf.init_scope():
+                var = self._factory(tf.zeros(like.shape, like.dtype),
+                                    f"velocity/{_slot_name(key)}")
+                self.velocities[key] = var
+        return var
+
+    def state_variables(self, key, like):
+        return [self.residual(key, like=like), self.velocity(key, like)]
+
+    def compensate(self, tensor, key):
+        v = self.residual(key, like=tensor)
+        u = self.velocity(key, tensor)
+        u_new = tf.cast(self.momentum, tensor.dtype) * u + tensor
+        self._new_velocity[key] = u_new
+        return v + u_new
+
+    def update(self, key, compensated, decoded, keep=None):
+        # The positions that were sent are not known here: no masking.
+        none = (tf.zeros([0], tf.int64), tf.zeros([0], compensated.dtype))
+        return self.update_sent(key, compensated, Sent(compensated - decoded, *none), keep)
+
+    def update_sent(self, key, compensated, sent, keep=None):
+        u_new = self._new_velocity.pop(key, None)
+        if u_new is None:
+            raise RuntimeError(f"momentum correction: update of {key!r} without its "
+                               "compensate() in the same step")
+        u = self.velocity(key, compensated)
+        masked = fusion_ops.scatter_subtract(u_new, sent.positions,
+                                             tf.gather(u_new, sent.positions))
+        if keep is None:
+            new_u = masked
+        else:  # a NaN/Inf step leaves the velocity as it was, like the residual
+            new_u = tf.cond(keep, u.read_value, lambda: masked)
+        with tf.control_dependencies([u.assign(new_u, read_value=False)]):
+            return super().update_sent(key, compensated, sent, keep)
+
+
+MEMORIES = collections.OrderedDict((c.name_, c) for c in (NoMemory, ResidualMemory,
+                                                          MomentumCorrectionMemory))
 
 
 def make_memory(name, **kwargs):

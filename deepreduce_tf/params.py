@@ -10,8 +10,15 @@ Keys (defaults in brackets; every key may be left out):
                   [topk when deepreduce is set, else none]
   compress_ratio  (0, 1] [0.01]            topk, randomk
   threshold       >= 0 [0.01]              threshold
-  memory          none | residual [residual with a sparsifier, else none]
+  memory          none | residual | dgc [residual with a sparsifier, else none]
+                  (dgc: DGC's momentum correction + factor masking; use it
+                  with plain SGD, the momentum lives in the compressor)
   beta, gamma     residual memory r <- beta r + gamma g [1.0, 1.0]
+  momentum        dgc memory's momentum [0.9]
+  warmup_steps    first steps of every tensor as a warm-up [0]
+  warmup          dense | exponential [dense] (exponential: DGC's top-k
+                  density 25 % -> compress_ratio over warmup_steps)
+  clip_norm       local gradient clipping by global L2 norm [None]
   communicator    allgather | allreduce [allgather]
   deepreduce      None | 'index' | 'value' | 'both' [None]
   index           bloom | golomb | rle | bitmap | int32 | raw [bloom]
@@ -62,8 +69,8 @@ DEFAULT_CODECS = {"index": "bloom", "value": "polyfit"}
 # Keys of the sparsifier, memory, communicator and compressor; the codec keys
 # (index, value and codec parameters) come from the codec registry.
 GENERAL_KEYS = ("compressor", "compress_ratio", "threshold", "topk_scope", "memory", "beta",
-                "gamma", "communicator", "bucket_cap_mb", "deepreduce", "index", "value",
-                "min_size", "nonfinite")
+                "gamma", "momentum", "communicator", "bucket_cap_mb", "deepreduce", "index",
+                "value", "min_size", "nonfinite", "warmup_steps", "warmup", "clip_norm")
 GENERAL_KEY_ALIASES = {"threshold_val": "threshold"}
 HARNESS_KEYS = frozenset({
     "micro-benchmark", "micro_benchmark", "world_size", "horovod_size", "gradient_id",
@@ -241,9 +248,14 @@ def from_params(params, variable_factory=None):
 
     mem_name = get("memory", "none" if sparsifier.dense else "residual")
     _choice("memory", mem_name, tuple(memory.MEMORIES))
-    mem = (memory.ResidualMemory(beta=get("beta", 1.0), gamma=get("gamma", 1.0),
-                                 variable_factory=variable_factory)
-           if mem_name == "residual" else memory.NoMemory())
+    if mem_name == "residual":
+        mem = memory.ResidualMemory(beta=get("beta", 1.0), gamma=get("gamma", 1.0),
+                                    variable_factory=variable_factory)
+    elif mem_name == "dgc":
+        mem = memory.MomentumCorrectionMemory(momentum=get("momentum", 0.9),
+                                              variable_factory=variable_factory)
+    else:
+        mem = memory.NoMemory()
     comm_name = get("communicator", "allgather")
     _choice("communicator", comm_name, tuple(communicators.COMMUNICATORS))
     nonfinite = get("nonfinite", "dense")
@@ -254,7 +266,9 @@ def from_params(params, variable_factory=None):
     compressor = Compressor(sparsifier, index_codec, value_codec, mem,
                             communicators.make_communicator(comm_name),
                             min_size=get("min_size", DEFAULT_MIN_SIZE), nonfinite=nonfinite,
-                            seed=seed, variable_factory=variable_factory, **extra)
+                            seed=seed, variable_factory=variable_factory,
+                            warmup_steps=get("warmup_steps", 0), warmup=get("warmup", "dense"),
+                            clip_norm=get("clip_norm", None), **extra)
     # Stateful codecs create their variables with the compressor's factory
     # (the memory's). Codec.build runs once per instance, so this is a no-op
     # when the Compressor built them already.

@@ -103,10 +103,26 @@ class TopK(Sparsifier):
         idx, _ = sparsify_ops.top_k_ratio(x, self.compress_ratio)
         return idx
 
+    # select_ratio() exists: the compressor's exponential warm-up may use it.
     def select_segments(self, x, lengths, seed):
         if self.scope == "bucket" or len(lengths) == 1:
             return self.select(x, seed)
         offsets, ks = _segments(lengths, self.compress_ratio)
+        idx, _ = sparsify_ops.segmented_top_k(x, offsets, ks)
+        return idx
+
+    def select_ratio(self, x, lengths, ratio):
+        """select_segments with a run-time ratio (a float64 scalar tensor in
+        (0, 1]) instead of compress_ratio: k = min(n, max(1, ceil(ratio * n)))
+        per segment (per bucket with scope 'bucket'), the rule of
+        sparsify.k_for_ratio."""
+        import numpy as np
+
+        lengths = [int(x.shape.num_elements())] if self.scope == "bucket" else list(lengths)
+        offsets = tf.constant(np.cumsum([0] + lengths, dtype=np.int64))
+        n = tf.constant(lengths, tf.int64)
+        k = tf.cast(tf.math.ceil(ratio * tf.cast(n, tf.float64)), tf.int64)
+        ks = tf.minimum(n, tf.maximum(tf.constant(1, tf.int64), k))
         idx, _ = sparsify_ops.segmented_top_k(x, offsets, ks)
         return idx
 

@@ -97,7 +97,7 @@ def test_misspelt_key_is_an_error():
 
 @pytest.mark.parametrize("key,value,listed", [
     ("compressor", "dgc", "'topk', 'randomk', 'threshold', 'none'"),
-    ("memory", "dgc", "'none', 'residual'"),
+    ("memory", "ef21", "'none', 'residual', 'dgc'"),
     ("communicator", "broadcast", "'allgather', 'allreduce'"),
     ("deepreduce", "all", "None, 'index', 'value', 'both'"),
 ])

@@ -63,7 +63,8 @@ FETCH_COMMAND = "deepreduce-bench --fetch_data"
 # Compression flags that are not codec parameters, and the from_params Params
 # of the fusion / scope flags.
 GENERAL_PARAM_FLAGS = ("compressor", "compress_ratio", "threshold", "topk_scope", "memory",
-                       "communicator", "bucket_cap_mb", "deepreduce", "index", "value")
+                       "warmup_steps", "warmup", "clip_norm", "communicator",
+                       "bucket_cap_mb", "deepreduce", "index", "value")
 EXCHANGES = ("deepreduce", "tf")
 LR_SCHEDULES = ("constant", "cosine")
 # Default number of history points (--display_every) and of test evaluations
@@ -275,8 +276,18 @@ def _define_general_flags(fv):
     flags.DEFINE_float("threshold", None, "Magnitude threshold of --compressor=threshold.",
                        flag_values=fv)
     flags.DEFINE_string("memory", None,
-                        "Error feedback: none | residual (default residual with a sparsifier).",
-                        flag_values=fv)
+                        "Error feedback: none | residual | dgc (default residual with a "
+                        "sparsifier). dgc: DGC's momentum correction and factor masking; "
+                        "--momentum then moves from the optimizer into the compressor (the "
+                        "optimizer becomes plain SGD).", flag_values=fv)
+    flags.DEFINE_integer("warmup_steps", None,
+                         "Compression warm-up: the first N steps are sent dense (--warmup=dense) or with "
+                         "top-k density falling from 25 %% to --compress_ratio "
+                         "(--warmup=exponential, DGC's).", flag_values=fv)
+    flags.DEFINE_string("warmup", None, "dense | exponential (default dense).", flag_values=fv)
+    flags.DEFINE_float("clip_norm", None,
+                       "Local gradient clipping: each worker scales its gradients to this "
+                       "global L2 norm at most, before error feedback (DGC).", flag_values=fv)
     flags.DEFINE_string("communicator", "allgather", "allgather | allreduce.", flag_values=fv)
     flags.DEFINE_string("deepreduce", "both",
                         "What DeepReduce compresses: none | index | value | both. Default both, "
@@ -411,8 +422,11 @@ def compression_params(fv=flags.FLAGS):
         p["compress_ratio"] = fv.compress_ratio
     if fv.threshold is not None:
         p["threshold"] = fv.threshold
-    if fv.memory is not None:
-        p["memory"] = fv.memory
+    for key in ("memory", "warmup_steps", "warmup", "clip_norm"):
+        if fv[key].value is not None:
+            p[key] = fv[key].value
+    if fv.memory == "dgc":  # the optimizer's momentum, applied by the compressor
+        p["momentum"] = fv.momentum
     p["communicator"] = fv.communicator
     p["deepreduce"] = mode
     chosen = []
@@ -513,7 +527,11 @@ def check_flags(fv=flags.FLAGS, check_files=True):
 
     hosts, update, num_gpus = _check_cluster(fv)
     _check_positive(fv, "eval_every", allow_zero=True)
-    _choice("optimizer", fv.optimizer or MODEL_DEFAULTS[model][1], OPTIMIZERS)
+    optimizer = _choice("optimizer", fv.optimizer or MODEL_DEFAULTS[model][1], OPTIMIZERS)
+    if fv.memory == "dgc" and optimizer != "momentum":
+        _fail(f"--memory=dgc moves --optimizer=momentum's momentum into the compressor; it "
+              f"does not fit --optimizer={optimizer} (use --optimizer=momentum, or "
+              "--memory=residual)")
     _choice("exchange", fv.exchange, EXCHANGES)
     if check_files:  # real data must exist before any work starts
         check_data(model, data_name, fv.data_dir)

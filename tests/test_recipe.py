@@ -1,0 +1,122 @@
+"""What the field uses to keep accuracy under sparsification (DGC, Lin et
+al., ICLR 2018), each option against a numpy reference of its update rule:
+momentum correction with factor masking (memory='dgc'), warm-up (dense, or
+DGC's exponentially shrinking density) and local gradient clipping."""
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import deepreduce_tf as dr
+
+N = 4000
+
+
+def make(**params):
+    base = {"compressor": "topk", "compress_ratio": 0.01, "min_size": 16}
+    base.update(params)
+    if base["compressor"] in ("none", "threshold"):
+        del base["compress_ratio"]
+    return dr.from_params(base)
+
+
+def topk_ref(v, k):
+    """numpy top-k by magnitude, ties to the lower index (as the kernels)."""
+    order = np.lexsort((np.arange(v.size), -np.abs(v)))
+    return np.sort(order[:k])
+
+
+def step(comp, g, name="w"):
+    payload, ctx = comp.compress(tf.constant(g), name=name)
+    return comp.decompress(payload, ctx).numpy()
+
+
+def test_momentum_correction_with_factor_masking_matches_numpy(rng):
+    m, k = 0.9, math.ceil(0.01 * N)
+    comp = make(memory="dgc", momentum=m)
+    u = np.zeros(N, np.float32)
+    v = np.zeros(N, np.float32)
+    for _ in range(6):
+        g = rng.standard_normal(N).astype(np.float32)
+        got = step(comp, g)
+        u = np.float32(m) * u + g
+        v = v + u
+        sel = topk_ref(v, k)
+        want = np.zeros(N, np.float32)
+        want[sel] = v[sel]
+        v[sel] = 0.0
+        u[sel] = 0.0  # factor masking
+        np.testing.assert_array_equal(np.flatnonzero(got), sel)
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(comp.memory.residual("w").numpy(), v, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(comp.memory.velocity("w", tf.constant(g)).numpy(), u,
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_dense_warmup_steps_are_momentum_sgd_then_topk(rng):
+    m, warm = 0.9, 3
+    comp = make(memory="dgc", momentum=m, warmup_steps=warm)
+    u = np.zeros(N, np.float32)
+    for t in range(1, warm + 3):
+        g = rng.standard_normal(N).astype(np.float32)
+        got = step(comp, g)
+        u = np.float32(m) * u + g
+        if t <= warm:  # everything sent, nothing masked: one momentum-SGD step
+            np.testing.assert_allclose(got, u, rtol=1e-6, atol=1e-6)
+            assert not np.abs(comp.memory.residual("w").numpy()).any()
+        else:
+            assert np.count_nonzero(got) == math.ceil(0.01 * N)
+
+
+@pytest.mark.parametrize("ratio,warm", [(0.01, 5), (0.001, 4)])
+def test_exponential_warmup_shrinks_the_density_like_dgc(rng, ratio, warm):
+    comp = make(compress_ratio=ratio, warmup_steps=warm, warmup="exponential")
+    for t in range(1, warm + 3):
+        got = step(comp, rng.standard_normal(N).astype(np.float32))
+        frac = min(t - 1, warm) / warm
+        want_ratio = 0.25 * (ratio / 0.25) ** frac if t <= warm else ratio
+        assert np.count_nonzero(got) == min(N, max(1, math.ceil(want_ratio * N))), t
+    assert comp.memory.residual("w").numpy().any()
+
+
+def test_exponential_warmup_runs_per_variable_in_a_fused_bucket(rng):
+    comp = make(warmup_steps=2, warmup="exponential")
+    a = rng.standard_normal(3000).astype(np.float32)
+    b = rng.standard_normal(1000).astype(np.float32)
+    payload, ctx = comp.compress_batch([tf.constant(a), tf.constant(b)], names=["a", "b"])
+    da, db = [t.numpy() for t in comp.decompress_batch(payload, ctx)]
+    assert (np.count_nonzero(da), np.count_nonzero(db)) == (750, 250)  # 25 % of each
+    np.testing.assert_array_equal(np.flatnonzero(da), topk_ref(a, 750))
+
+
+def test_local_clipping_scales_the_batch_to_the_global_norm(rng):
+    comp = make(compressor="none", clip_norm=2.0)
+    a = rng.standard_normal(300).astype(np.float32)
+    b = rng.standard_normal(40).astype(np.float32)
+    payload, ctx = comp.compress_batch([tf.constant(a), tf.constant(b)], names=["a", "b"])
+    got = [t.numpy() for t in comp.decompress_batch(payload, ctx)]
+    scale = 2.0 / np.sqrt((a.astype(np.float64) ** 2).sum() + (b.astype(np.float64) ** 2).sum())
+    np.testing.assert_allclose(got[0], a * scale, rtol=1e-5)
+    np.testing.assert_allclose(got[1], b * scale, rtol=1e-5)
+    small = [a * 1e-3, b * 1e-3]  # inside the norm: untouched
+    payload, ctx = comp.compress_batch([tf.constant(x) for x in small], names=["a", "b"])
+    for x, y in zip(small, comp.decompress_batch(payload, ctx)):
+        np.testing.assert_array_equal(y.numpy(), x)
+
+
+@pytest.mark.parametrize("params,match", [
+    ({"warmup_steps": -1}, "warmup_steps must be an integer >= 0"),
+    ({"warmup_steps": 3, "warmup": "linear"}, "warmup must be one of dense, exponential"),
+    ({"compressor": "threshold", "warmup_steps": 3, "warmup": "exponential"},
+     "has none"),
+    ({"compressor": "none", "warmup_steps": 3}, "needs a sparsifier"),
+    ({"clip_norm": 0}, "clip_norm must be a finite number > 0"),
+    ({"clip_norm": "big"}, "clip_norm must be a finite number > 0"),
+    ({"memory": "dgc", "momentum": 1.0}, r"momentum must lie in \[0, 1\)"),
+    ({"compressor": "randomk", "communicator": "allreduce", "warmup_steps": 2},
+     "warm-up and local clipping are implemented by the all-gather exchange only"),
+])
+def test_bad_recipe_options_are_refused(params, match):
+    with pytest.raises(ValueError, match=match):
+        make(**params)
