@@ -120,3 +120,37 @@ def test_local_clipping_scales_the_batch_to_the_global_norm(rng):
 def test_bad_recipe_options_are_refused(params, match):
     with pytest.raises(ValueError, match=match):
         make(**params)
+
+
+# ------------------------------------------------ deepreduce-bench flags
+def _resolve(args):
+    from absl import flags as absl_flags
+
+    from deepreduce_tf.benchmark import flags as bench_flags
+
+    fv = absl_flags.FlagValues()
+    bench_flags.define_flags(fv)
+    fv(["deepreduce-bench"] + list(args))
+    return bench_flags.resolve(fv)
+
+
+def test_bench_flags_move_the_momentum_into_the_compressor():
+    from deepreduce_tf.benchmark import runner
+
+    config = _resolve(["--memory=dgc", "--momentum=0.8", "--warmup_steps=50",
+                       "--warmup=exponential", "--clip_norm=5", "--data_name=synthetic"])
+    assert {k: config.params[k] for k in ("memory", "momentum", "warmup_steps", "warmup",
+                                          "clip_norm")} == {
+        "memory": "dgc", "momentum": 0.8, "warmup_steps": 50, "warmup": "exponential",
+        "clip_norm": 5.0}
+    opt = runner.make_optimizer(config, 100)
+    assert float(opt.momentum) == 0.0  # not applied twice
+    plain = runner.make_optimizer(_resolve(["--data_name=synthetic"]), 100)
+    assert float(plain.momentum) == 0.9
+
+
+def test_bench_flags_refuse_dgc_with_adam():
+    from deepreduce_tf.benchmark import flags as bench_flags
+
+    with pytest.raises(bench_flags.ConfigError, match="--memory=dgc .* --optimizer=adam"):
+        _resolve(["--memory=dgc", "--optimizer=adam", "--data_name=synthetic"])

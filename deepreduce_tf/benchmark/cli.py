@@ -263,6 +263,8 @@ def _bench(argv):
         results = runner.run(config)
     except deepreduce_tf.OpLibraryError as e:
         return _error(e)
+    except runner.PeerFailure as e:  # another worker failed: one line, no traceback
+        return e.announce(sys.stderr, FLAGS.verbose)
     if results is None:  # a non-chief worker
         return 0
     path = report.write_json(results, config.output_json)
