@@ -204,8 +204,10 @@ def run_workers(net, bench_args, steps, out_dir, timeout, python=sys.executable)
                    "--variable_update=collective_all_reduce", f"--num_batches={steps}",
                    "--codec_repeats=0", f"--output_json={os.path.join(out_dir, 'results.json')}",
                    *bench_args]
+            # cwd outside the repository: `python -m` would import the source
+            # tree (no compiled library) instead of the installed package.
             procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                          start_new_session=True))
+                                          cwd=out_dir, start_new_session=True))
         deadline = time.monotonic() + timeout
         while any(p.poll() is None for p in procs):
             failed = [i for i, p in enumerate(procs) if p.poll() not in (None, 0)]
@@ -299,7 +301,7 @@ def main(argv=None):
         if args.delay_ms and not netem_available():
             raise HarnessError(f"--delay_ms={args.delay_ms}: this kernel has no netem qdisc "
                                "(rate shaping with tbf works; delay emulation does not)")
-        out_dir = args.out_dir or tempfile.mkdtemp(prefix="link_bench.")
+        out_dir = os.path.abspath(args.out_dir or tempfile.mkdtemp(prefix="link_bench."))
         rows = []
         for link in links:
             for name, flags in configs:

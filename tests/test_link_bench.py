@@ -62,14 +62,16 @@ def test_bad_arguments_are_one_line(args, message, capsys):
 @needs_netns
 def test_wire_bytes_match_the_accounted_bytes_and_nothing_is_left(tmp_path, capsys):
     out = tmp_path / "rows.json"
-    rc = lb.main(["--links", "100mbit", "--configs", "golomb_qsgd", "--steps", "2",
+    rc = lb.main(["--links", "100mbit", "--configs", "golomb_qsgd", "--steps", "3",
                   "--out_dir", str(tmp_path / "runs"), "--json", str(out)] + TINY)
     assert rc == 0, capsys.readouterr().err[-3000:]
     (row,) = json.loads(out.read_text())
     assert row["link"] == "100mbit" and row["workers"] == 2
-    # The payload plus the lengths all-gather, TCP/IP and Ethernet headers:
-    # a few percent to a few tens of percent on ~10 KB, never less than sent.
-    assert 1.0 < row["wire_per_accounted"] < 1.6, row
+    # The payload plus the lengths all-gather, TCP/IP and Ethernet headers
+    # (and whatever heartbeat traffic falls into the longer run): 5-15 %
+    # measured; never less than the payload, and nowhere near the dense
+    # gradient's 70x.
+    assert 1.0 < row["wire_per_accounted"] < 2.0, row
     assert all(w > 0 for w in row["wire_bytes_per_worker"])
     assert "| 100mbit | golomb_qsgd |" in capsys.readouterr().out
     assert _namespaces_of_this_process() == []
