@@ -216,6 +216,7 @@ setup(
         "console_scripts": [
             "deepreduce-bench = deepreduce_tf.benchmark.cli:main",
             "deepreduce-plot = deepreduce_tf.benchmark.cli:plot_main",
+            "deepreduce-tf-cnn-benchmarks = deepreduce_tf.tf_cnn_benchmarks:main",
         ],
     },
     zip_safe=False,

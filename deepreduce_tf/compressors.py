@@ -844,7 +844,7 @@ class Compressor(tf.Module):
 
     def plan(self, keys, tensors):
         """The fusion plan of a batch (cached per keys, shapes and dtypes)."""
-        signature = tuple((k, tuple(t.shape), t.dtype) for k, t in zip(keys, tensors))
+        signature = tuple((k, tuple(t.shape.as_list()), t.dtype) for k, t in zip(keys, tensors))
         plan = self._plans.get(signature)
         if plan is None:
             plan = fusion.make_plan(keys, [t.shape for t in tensors], [t.dtype for t in tensors],

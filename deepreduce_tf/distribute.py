@@ -80,7 +80,7 @@ from deepreduce_tf.compressors import DTYPE_CODES, Compressor
 from deepreduce_tf.memory import ensure_initialized
 from deepreduce_tf.params import from_params
 from deepreduce_tf.state import ExchangeState, KerasState
-from deepreduce_tf.transport import CollectiveTransport, LocalTransport
+from deepreduce_tf.transport import CollectiveTransport, LocalTransport, ordered_sum
 
 __all__ = ["BytesCallback", "DeepReduceCollectiveOps", "DeepReduceCrossDeviceOps",
            "ExchangeState", "KerasState", "SingleReplicaWarning", "get_ops", "install", "local_variable_factory",
@@ -299,6 +299,35 @@ class _DeepReduceState:
                 "sent_bytes": int(round(sum(s for s, _ in pairs) / len(pairs))),
                 "steps": max(steps) if steps else 0}
 
+    def byte_tensors(self):
+        """step_bytes() and totals() as tensors, for TF1 graphs run by a
+        Session (where .numpy() does not exist): build them once the graph's
+        reductions exist (before the graph is finalized) and run them after a
+        step. Returns {"sent_bytes", "dense_bytes", "total_sent_bytes",
+        "total_dense_bytes", "steps"}: float64 scalars, means over this
+        process's replicas (steps: exchanges so far)."""
+        comps = [c for c in self.compressors if c.ledger is not None]
+        zero = tf.constant(0.0, tf.float64)
+        if not comps:
+            return dict.fromkeys(("sent_bytes", "dense_bytes", "total_sent_bytes",
+                                  "total_dense_bytes", "steps"), zero)
+
+        def total(variables):
+            reads = [tf.cast(v.read_value(), tf.float64) for v in variables if v is not None]
+            return tf.add_n(reads) if reads else zero
+
+        def mean(per_comp):
+            return tf.add_n(per_comp) / len(per_comp)
+
+        steps = [tf.cast(v.read_value(), tf.float64) for v in self.state.exchanges.values()]
+        return {
+            "sent_bytes": mean([total(c.ledger.sent.values()) for c in comps]),
+            "dense_bytes": mean([total(c.ledger.dense.values()) for c in comps]),
+            "total_sent_bytes": mean([total([c.ledger.total_sent]) for c in comps]),
+            "total_dense_bytes": mean([total([c.ledger.total_dense]) for c in comps]),
+            "steps": tf.reduce_max(tf.stack(steps)) if steps else zero,
+        }
+
     def collective_bytes(self):
         """Bytes this process's replicas handed to collective ops (mean per
         replica; multi-worker only, else 0)."""
@@ -371,45 +400,135 @@ class DeepReduceCrossDeviceOps(_DeepReduceState, cdo_lib.CrossDeviceOps):
         devices = tuple(values[0]._devices)  # pylint: disable=protected-access
         if any(tuple(v._devices) != devices for v in values):  # pylint: disable=protected-access
             raise ValueError("DeepReduce batch reduction needs every value on the same replicas")
-        n = len(pairs)
-        dense_ids, slice_ids, other_ids = _classify([v.values[0] for v in values])
-        average = reduce_op == reduce_util.ReduceOp.MEAN
+        per_replica, other_ids = self._reduce_replicas(
+            devices, [[v.values[r] for v in values] for r in range(len(devices))],
+            [dest for _, dest in pairs], reduce_op == reduce_util.ReduceOp.MEAN)
+        results = [None] * len(pairs)
+        if other_ids:
+            exact = cdo_lib.ReductionToOneDevice().batch_reduce_implementation(
+                reduce_op, [pairs[i] for i in other_ids], options)
+            for i, res in zip(other_ids, exact):
+                results[i] = res
+        for i in range(len(pairs)):
+            if i not in other_ids:
+                results[i] = self._place([per_replica[r][i] for r in range(len(devices))],
+                                         devices, pairs[i][1])
+        return results
+
+    def _reduce_replicas(self, devices, by_replica, destinations, average, transport=None):
+        """The communicator's step over the replicas on `devices`.
+
+        by_replica[r][i]: value i of replica r (on devices[r]); destinations[i]:
+        where value i goes (names its memory key when it is a variable), or
+        None. Returns (per_replica, other_ids): per_replica[r][i] is the reduced
+        value i on devices[r], for every i not in other_ids (values that are
+        not compressed: the caller sums those exactly). transport: how the
+        replicas exchange (default: a LocalTransport over `devices`).
+        """
+        n = len(by_replica[0])
+        dense_ids, slice_ids, other_ids = _classify(by_replica[0])
         comps = [self._replica_compressor(r, d) for r, d in enumerate(devices)]
-        transport = LocalTransport(devices)
-        per_replica = [[None] * n for _ in devices]  # [replica][value]
+        transport = transport or LocalTransport(devices)
+        per_replica = [[None] * n for _ in devices]
         effects = []
         if dense_ids or slice_ids:
             effects = [self._count_exchange(r, d) for r, d in enumerate(devices)]
             effects = [e for e in effects if e is not None]
 
         if dense_ids:
-            keys = _unique([_memory_key(i, n, values[i].values[0], pairs[i][1])
+            keys = _unique([_memory_key(i, n, by_replica[0][i], destinations[i])
                             for i in dense_ids])
             outs = self.communicator.step(
-                transport, comps, [[values[i].values[r] for i in dense_ids]
-                                   for r in range(len(devices))], keys, average=average,
-                effects=effects)
+                transport, comps, [[vals[i] for i in dense_ids] for vals in by_replica], keys,
+                average=average, effects=effects)
             for r, out in enumerate(outs):
                 for i, t in zip(dense_ids, out):
                     per_replica[r][i] = t
         for i in slice_ids:
-            key = _memory_key(i, n, values[i].values[0].values, pairs[i][1])
-            outs = self.communicator.step_slices(transport, comps, list(values[i].values), key,
-                                                 average=average, effects=effects)
+            key = _memory_key(i, n, by_replica[0][i].values, destinations[i])
+            outs = self.communicator.step_slices(transport, comps, [vals[i] for vals in by_replica],
+                                                 key, average=average, effects=effects)
             for r, t in enumerate(outs):
                 per_replica[r][i] = t
-
         self._restore_pending()
-        results = [None] * n
-        if other_ids:
-            exact = cdo_lib.ReductionToOneDevice().batch_reduce_implementation(
-                reduce_op, [pairs[i] for i in other_ids], options)
-            for i, res in zip(other_ids, exact):
-                results[i] = res
-        for i in dense_ids + slice_ids:
-            results[i] = self._place([per_replica[r][i] for r in range(len(devices))],
-                                     devices, pairs[i][1])
-        return results
+        return per_replica, other_ids
+
+    def reduce_tensors(self, tensors_by_device, average=False, collective=None):
+        """Batch all-reduce of plain tensors, one list per device, without
+        tf.distribute: graph code that places its replicas itself (e.g.
+        tf_cnn_benchmarks' replicated mode, deepreduce_tf.tf_cnn_benchmarks).
+
+        tensors_by_device[d][j]: tensor j of device d, created under
+        tf.device(device d) (the same shapes and dtypes on every device).
+        Returns the same structure: tensor j's sum (mean with average=True)
+        over the devices, a copy on each device, bit-identical. Works eagerly,
+        in tf.function and in TF1 graphs (state initializes itself); tensors
+        that are not compressed (integers, unknown shapes) are summed exactly.
+
+        collective: across worker processes that each build the same graph
+        (one device per worker, one list in tensors_by_device): a
+        transport.GraphCollectiveLauncher of this worker's device; the group
+        is its group, and the result is the sum over every worker.
+        """
+        lists = [list(ts) for ts in tensors_by_device]
+        if not lists or not lists[0]:
+            raise ValueError("reduce_tensors needs at least one device with at least one tensor")
+        n = len(lists[0])
+        for d, ts in enumerate(lists):
+            if len(ts) != n:
+                raise ValueError(f"device {d} has {len(ts)} tensors, device 0 has {n}: every "
+                                 "device must hold the same list")
+            for j, (t, t0) in enumerate(zip(ts, lists[0])):
+                if (t.dtype != t0.dtype or isinstance(t, tf.IndexedSlices)
+                        != isinstance(t0, tf.IndexedSlices) or
+                        (not isinstance(t, tf.IndexedSlices) and t.shape != t0.shape)):
+                    raise ValueError(f"tensor {j} differs between device 0 ({t0.dtype.name} "
+                                     f"{t0.shape}) and device {d} ({t.dtype.name} {t.shape})")
+        devices = tuple(ts[0].device for ts in lists)
+        for d, ts in enumerate(lists):
+            if not devices[d] or any(t.device != devices[d] for t in ts):
+                raise ValueError(
+                    f"the tensors of device {d} are on {sorted({t.device for t in ts})}: create "
+                    "each device's tensors under tf.device(...) of that one device")
+        if len(set(devices)) != len(devices):
+            raise ValueError(f"two lists are on the same device: {devices}")
+        if collective is not None:
+            self._replica_compressor(0, devices[0])
+        if collective is None:
+            transport = LocalTransport(devices)
+        else:
+            if len(devices) != 1:
+                raise ValueError(f"a collective reduction takes this worker's one device, got "
+                                 f"{len(devices)} lists")
+            transport = CollectiveTransport(collective, devices[0], collective.group_size, None,
+                                            self._wire_counter(0, devices[0]))
+            transport.effects.append(collective.begin_exchange())
+        with self._state_lock:
+            self._implementation_calls += 1
+            per_replica, other_ids = self._reduce_replicas(devices, lists, [None] * n, average,
+                                                           transport)
+            if collective is not None and other_ids:
+                summed = transport.all_reduce([[lists[0][i] for i in other_ids]])
+                for i, total in zip(other_ids, summed):
+                    if average:
+                        total = total / tf.cast(transport.num_replicas, total.dtype)
+                    per_replica[0][i] = total
+                other_ids = []
+            for i in other_ids:
+                if isinstance(lists[0][i], tf.IndexedSlices):
+                    raise ValueError(f"tensor {i} is a tf.IndexedSlices of "
+                                     f"{lists[0][i].dtype.name}, which DeepReduce does not "
+                                     "reduce: convert it to a dense tensor first")
+                if average and not lists[0][i].dtype.is_floating:
+                    raise ValueError(f"tensor {i} is {lists[0][i].dtype.name}: its mean over "
+                                     "devices is not defined here; reduce it with average=False")
+                with tf.device(devices[0]):
+                    total = ordered_sum([ts[i] for ts in lists])
+                    if average:
+                        total = total / tf.cast(len(devices), total.dtype)
+                for r, copy_ in enumerate(transport.replicate(total)):
+                    per_replica[r][i] = copy_
+        return per_replica
 
     def _place(self, reduced, devices, destinations):
         """Mirrored result on `destinations` (normally the replicas' devices)."""

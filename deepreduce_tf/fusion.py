@@ -164,6 +164,9 @@ def make_plan(keys, shapes, dtypes, min_size, bucket_cap_mb=DEFAULT_BUCKET_CAP_M
         if not shape.is_fully_defined():
             raise ValueError(f"tensor {key!r} has shape {shape}: fusion needs static shapes")
         n = int(shape.num_elements())
+        # Plain ints (under TF1 behaviour a TensorShape holds Dimensions, whose
+        # repr would change the layout fingerprint).
+        shape = tuple(int(d) for d in shape.as_list())
         by_dtype.setdefault(dtype, []).append(Member(pos, key, shape, n, n < min_size))
     buckets = []
     for dtype, members in by_dtype.items():

@@ -150,3 +150,80 @@ class CollectiveTransport(Transport):
         with tf.device(self.reduce_device):
             self._count(tf.add_n([tf.size(v, out_type=tf.int64) * v.dtype.size for v in mine]))
         return summed
+
+
+class GraphCollectiveLauncher:
+    """TensorFlow's collective ops for graphs that every worker builds the
+    same way without tf.distribute (tf_cnn_benchmarks' collective mode, TF1
+    sessions): the launcher interface CollectiveTransport uses. One device of
+    this worker takes part in a group of `group_size` devices; group_key and
+    new_instance_key() (a callable returning the next key, the same sequence
+    on every worker) come from the graph's owner, so that its own collectives
+    and these never share a key.
+
+    A TF1 session may run a collective under the same step id and instance
+    key in every run, and the runtime then checks each run's shape against the
+    first one's: payloads change size every step. So each collective's
+    instance key also carries a step counter (a variable of this launcher,
+    advanced once per exchange, in lockstep on every worker): every run uses
+    keys of its own, KEY_STRIDE apart, the static key below the stride.
+    """
+    KEY_STRIDE = 4096
+    STEP_PERIOD = (2 ** 31 - 1) // 4096 - 1
+
+    def __init__(self, device, group_size, group_key, new_instance_key):
+        self._device = device
+        self.group_size = self._group_size = int(group_size)
+        self._group_key = int(group_key)
+        self._new_instance_key = new_instance_key
+        self._step = None
+        self._counter = None
+
+    def begin_exchange(self):
+        """Advances the step counter; the collectives built until the next
+        call take keys of this step. Returns the counter's update (the
+        exchange's result must depend on it)."""
+        from tensorflow.python.ops import resource_variable_ops
+
+        from deepreduce_tf.memory import ensure_initialized
+
+        with tf.device(self._device):
+            if self._counter is None:
+                with tf.init_scope():
+                    self._counter = resource_variable_ops.ResourceVariable(
+                        0, dtype=tf.int32, trainable=False, name="deepreduce_collective_step")
+            with tf.control_dependencies(ensure_initialized([self._counter])):
+                self._step = self._counter.assign_add(1)
+        return self._step
+
+    def _key(self):
+        key = int(self._new_instance_key())
+        if not 0 < key < self.KEY_STRIDE:
+            raise ValueError(f"instance key {key} is outside (0, {self.KEY_STRIDE}): too many "
+                             "collectives in one graph for GraphCollectiveLauncher")
+        if self._step is None:
+            self.begin_exchange()
+        return key + (self._step % self.STEP_PERIOD) * self.KEY_STRIDE
+
+    def _all_gather(self, tensor, options=None):  # pylint: disable=unused-argument
+        from tensorflow.python.ops import collective_ops
+
+        with tf.device(self._device):
+            return collective_ops.all_gather_v2(tensor, self._group_size, self._group_key,
+                                                self._key())
+
+    def batch_all_reduce(self, packs, options=None):  # pylint: disable=unused-argument
+        """A flat list of the sums of every tensor of every pack (one
+        collective per pack)."""
+        from tensorflow.python.ops import collective_ops
+
+        out = []
+        with tf.device(self._device):
+            for pack in packs:
+                flat = tf.concat([tf.reshape(t, [-1]) for t in pack], 0)
+                summed = collective_ops.all_reduce_v2(flat, self._group_size, self._group_key,
+                                                      self._key())
+                sizes = [tf.size(t) for t in pack]
+                for t, part in zip(pack, tf.split(summed, sizes)):
+                    out.append(tf.reshape(part, tf.shape(t)))
+        return out
