@@ -97,7 +97,7 @@ class Communicator(abc.ABC):
                 p, c = comp.compress_slices(sl, key)
             payloads.append(p)
             ctx = ctx or c
-        received = transport.all_gather(payloads)
+        received = transport.all_gather(payloads, key=f"slices/{key}")
         with tf.device(transport.reduce_device):
             parts = [compressors[0].decompress_slices(p, ctx) for p in received]
             total = tf.IndexedSlices(tf.concat([p.values for p in parts], 0),
@@ -123,7 +123,7 @@ class Allgather(Communicator):
                 p, c = comp.compress_batch(tensors, keys)
             payloads.append(p)
             ctx = ctx or c
-        received = transport.all_gather(payloads)
+        received = transport.all_gather(payloads, key="batch/" + "|".join(keys))
         decoder = compressors[0]  # decoding needs the configuration only, no state
         with tf.device(transport.reduce_device):
             sums = decoder.decompress_batch_sum(received, ctx)

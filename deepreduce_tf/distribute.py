@@ -54,7 +54,8 @@ without an initializer. ops.state (deepreduce_tf.state.ExchangeState) holds
 all of it from construction on: tf.train.Checkpoint(..., deepreduce=ops.state)
 or KerasState(ops) attached to a Keras model save and restore it. A stateless
 configuration (no memory, no seeded codec) with accounting=False creates no
-variables at all.
+variables at all under MirroredStrategy (under MultiWorkerMirroredStrategy:
+one int32 frame capacity per replica and exchange, transport.CollectiveTransport).
 
 Accounting: ops.step_bytes() (last exchange, per replica: dense bytes, sent
 bytes, ratio), ops.totals() (cumulative), BytesCallback (Keras callback:
@@ -557,10 +558,27 @@ class DeepReduceCollectiveOps(_DeepReduceState, cdo_lib.CollectiveAllReduce):
     with multi_worker_strategy()."""
 
     def __init__(self, spec, devices, group_size, options, collective_keys=None,
-                 canonicalize_devices=True, accounting=True, communicator=None, state=None):
+                 canonicalize_devices=True, accounting=True, communicator=None, state=None,
+                 frames=None):
         cdo_lib.CollectiveAllReduce.__init__(self, devices, group_size, options,
                                              collective_keys, canonicalize_devices)
         self._init_state(spec, accounting, communicator, state)
+        # Frame capacities of the one-collective all-gather (transport.
+        # CollectiveTransport), per (replica, exchange): shared by copies.
+        self._frame_vars = frames if frames is not None else {}
+
+    def _frames(self, replica, device):
+        def capacity(key):
+            with self._state_lock:
+                var = self._frame_vars.get((replica, key))
+                if var is None:
+                    with tf.init_scope():
+                        var = local_variable_factory(device)(tf.constant(0, tf.int32),
+                                                             "frame_capacity")
+                    self._frame_vars[(replica, key)] = var
+                return var
+
+        return capacity
 
     def __deepcopy__(self, memo):
         # A copy (TensorFlow makes them) shares the compressors and their
@@ -568,7 +586,7 @@ class DeepReduceCollectiveOps(_DeepReduceState, cdo_lib.CollectiveAllReduce):
         return DeepReduceCollectiveOps(self._builder, self._devices, self._group_size,
                                        self._options, copy.deepcopy(self._collective_keys, memo),
                                        self._canonicalize_devices, communicator=self.communicator,
-                                       state=self.state)
+                                       state=self.state, frames=self._frame_vars)
 
     def _all_reduce(self, reduce_op, value, replica_id, options):
         flat = nest.flatten(value)
@@ -582,7 +600,8 @@ class DeepReduceCollectiveOps(_DeepReduceState, cdo_lib.CollectiveAllReduce):
             comp = self._replica_compressor(replica_id, device)
             transport = CollectiveTransport(self._launchers[replica_id], device,
                                             self._group_size, options,
-                                            self._wire_counter(replica_id, device))
+                                            self._wire_counter(replica_id, device),
+                                            frames=self._frames(replica_id, device))
             effects = [e for e in [self._count_exchange(replica_id, device)] if e is not None]
         if dense_ids:
             keys = _unique([_memory_key(i, n, flat[i]) for i in dense_ids])

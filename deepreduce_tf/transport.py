@@ -18,8 +18,9 @@ process decodes once; replicate() copies the reduced result to the replicas.
                        and all-reduce an ordered sum (bit-identical results).
   CollectiveTransport  one replica of a MultiWorkerMirroredStrategy worker:
                        TensorFlow's collective launchers; variable-size
-                       payloads are all-gathered as their lengths, then the
-                       payloads padded to the longest, as int32 words.
+                       payloads travel in fixed-capacity frames (one
+                       collective; a second for overflow), or as their
+                       lengths, then the payloads padded to the longest.
 """
 import abc
 import functools
@@ -51,10 +52,11 @@ class Transport(abc.ABC):
         return self.devices[0]
 
     @abc.abstractmethod
-    def all_gather(self, payloads):
+    def all_gather(self, payloads, key=None):
         """payloads: one uint8 vector per device of this call. Returns the
         num_replicas payloads of the group, in replica order, on
-        reduce_device."""
+        reduce_device. key: a name of this exchange, the same every step
+        (a transport may keep state per exchange)."""
 
     @abc.abstractmethod
     def all_reduce(self, vectors):
@@ -83,7 +85,7 @@ class LocalTransport(Transport):
     def __init__(self, devices):
         super().__init__(devices, len(devices))
 
-    def all_gather(self, payloads):
+    def all_gather(self, payloads, key=None):
         payloads = list(payloads)
         if len(payloads) != len(self.devices):
             raise ValueError(f"{len(self.devices)} devices but {len(payloads)} payloads")
@@ -98,13 +100,28 @@ class LocalTransport(Transport):
 
 class CollectiveTransport(Transport):
     """One replica of a multi-worker group, through the strategy's collective
-    launcher (tensorflow.python.distribute.cross_device_utils)."""
+    launcher (tensorflow.python.distribute.cross_device_utils).
 
-    def __init__(self, launcher, device, group_size, options, wire_counter=None):
+    Variable-size payloads: without `frames`, two collectives per all_gather
+    (every payload's length, then the payloads padded to the longest). With
+    `frames` (a callable key -> int32 variable of this replica, the frame
+    capacity in 4-byte words, the same on every worker), ONE collective in
+    the steady state: each worker sends a fixed-size frame [length | its
+    payload, padded or cut to the capacity]; only when a payload outgrew the
+    capacity does a second collective carry the overflow of every worker
+    (all workers see the lengths and take the same branch). The capacity
+    then becomes the longest payload plus a small margin (FRAME_MARGIN).
+    """
+
+    def __init__(self, launcher, device, group_size, options, wire_counter=None, frames=None):
         super().__init__([device], group_size)
         self._launcher = launcher
         self._options = options
         self._wire = wire_counter
+        self._frames = frames
+
+    # capacity = longest payload (words) + 1/32 of it + 16 words
+    FRAME_MARGIN = (32, 16)
 
     def _count(self, nbytes):
         if self._wire is not None:
@@ -115,22 +132,61 @@ class CollectiveTransport(Transport):
             if op is not None:
                 self.effects.append(op)
 
-    def all_gather(self, payloads):
+    def _gather(self, tensor):
+        return self._launcher._all_gather(tensor, self._options)  # pylint: disable=protected-access
+
+    def all_gather(self, payloads, key=None):
+        """key: names the exchange (its frame capacity) when frames are used."""
         (payload,) = payloads
-        launcher, options = self._launcher, self._options
         with tf.device(self.reduce_device):
             length = tf.size(payload, out_type=tf.int32)
             words = (length + 3) // 4
             padded = tf.pad(payload, [[0, words * 4 - length]])
-            lengths = launcher._all_gather(tf.reshape(length, [1]), options)  # pylint: disable=protected-access
-            max_words = (tf.reduce_max(lengths) + 3) // 4
             as_words = tf.reshape(tf.bitcast(tf.reshape(padded, [-1, 4]), tf.int32), [-1])
-            as_words = tf.pad(as_words, [[0, max_words - words]])
-            gathered = launcher._all_gather(as_words, options)  # pylint: disable=protected-access
-            self._count(4 + 4 * max_words)
-            chunks = tf.reshape(gathered, [self.num_replicas, -1])
+            if self._frames is None:
+                chunks, lengths = self._two_rounds(length, words, as_words)
+            else:
+                chunks, lengths = self._framed(self._frames(key), length, words, as_words)
             as_bytes = tf.reshape(tf.bitcast(chunks, tf.uint8), [self.num_replicas, -1])
             return [as_bytes[j, :lengths[j]] for j in range(self.num_replicas)]
+
+    def _two_rounds(self, length, words, as_words):
+        lengths = self._gather(tf.reshape(length, [1]))
+        max_words = (tf.reduce_max(lengths) + 3) // 4
+        gathered = self._gather(tf.pad(as_words, [[0, max_words - words]]))
+        self._count(4 + 4 * max_words)
+        return tf.reshape(gathered, [self.num_replicas, -1]), lengths
+
+    def _framed(self, capacity, length, words, as_words):
+        from deepreduce_tf.memory import ensure_initialized
+
+        n = self.num_replicas
+        with tf.control_dependencies(ensure_initialized([capacity])):
+            cap = capacity.read_value()
+        head = as_words[:cap]
+        frame = tf.concat([tf.reshape(length, [1]), tf.pad(head, [[0, cap - tf.size(head)]])], 0)
+        first = tf.reshape(self._gather(frame), [n, -1])  # [n, 1 + cap]
+        lengths = first[:, 0]
+        need = (tf.reduce_max(lengths) + 3) // 4
+        extra = tf.maximum(need - cap, 0)
+
+        def overflow():
+            tail = as_words[cap:]
+            tail = tf.pad(tail, [[0, extra - tf.size(tail)]])
+            return tf.reshape(self._gather(tail), [n, -1])
+
+        def fits():
+            return tf.zeros([n, 0], tf.int32)
+
+        rest = tf.cond(extra > 0, overflow, fits)
+        chunks = tf.concat([first[:, 1:], rest], 1)[:, :need]
+        div, add = self.FRAME_MARGIN
+        with tf.control_dependencies([chunks]):
+            update = capacity.assign(need + need // div + add, read_value=False)
+        if update is not None:
+            self.effects.append(update)
+        self._count(4 * (1 + cap) + 4 * extra)
+        return chunks, lengths
 
     def all_reduce(self, vectors):
         (mine,) = vectors
