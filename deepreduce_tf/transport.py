@@ -120,8 +120,10 @@ class CollectiveTransport(Transport):
         self._wire = wire_counter
         self._frames = frames
 
-    # capacity = longest payload (words) + 1/32 of it + 16 words
-    FRAME_MARGIN = (32, 16)
+    # capacity = longest payload (words) + 1/256 of it + 8 words: payload
+    # sizes vary by a few bytes between steps (a wider margin is padding on
+    # the wire every step; an overflow costs one more collective once)
+    FRAME_MARGIN = (256, 8)
 
     def _count(self, nbytes):
         if self._wire is not None:
