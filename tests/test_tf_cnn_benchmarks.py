@@ -315,6 +315,25 @@ def _free_ports(n):
     return ports
 
 
+def _run_all(cmds, cwd, timeout):
+    """Runs the commands at once, always reaps them; asserts each exited 0;
+    returns their outputs."""
+    procs = [subprocess.Popen(c, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True) for c in cmds]
+    outs = []
+    try:
+        for p in procs:
+            outs.append(p.communicate(timeout=timeout)[0])
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for p, out in zip(procs, outs):
+        assert p.returncode == 0, out[-3000:]
+    return outs
+
+
 def _two_workers(tmp_path, params, steps=3):
     """tests/tf1_collective_worker.py in two processes; their npz results."""
     import json
@@ -322,20 +341,8 @@ def _two_workers(tmp_path, params, steps=3):
     worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tf1_collective_worker.py")
     ports = ",".join(str(p) for p in _free_ports(2))
     outs = [str(tmp_path / f"w{i}.npz") for i in range(2)]
-    procs = [subprocess.Popen([sys.executable, worker, str(i), ports, json.dumps(params),
-                               str(steps), outs[i]], cwd=tmp_path, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for i in range(2)]
-    logs = []
-    try:
-        for p in procs:
-            logs.append(p.communicate(timeout=180)[0])
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    for p, log in zip(procs, logs):
-        assert p.returncode == 0, log[-3000:]
+    _run_all([[sys.executable, worker, str(i), ports, json.dumps(params), str(steps), outs[i]]
+              for i in range(2)], tmp_path, timeout=180)
     return [np.load(o) for o in outs]
 
 
@@ -366,29 +373,18 @@ def test_real_script_two_workers(tmp_path):
     mode carries the payloads; both workers log the same loss and bytes."""
     ports = _free_ports(2)
     hosts = ",".join(f"127.0.0.1:{p}" for p in ports)
-    procs = []
+    cmds = []
     for i in range(2):
-        cmd = [sys.executable, "-m", "deepreduce_tf.tf_cnn_benchmarks",
+        cmds.append([sys.executable, "-m", "deepreduce_tf.tf_cnn_benchmarks",
                f"--benchmarks_dir={CHECKOUT}", "--model=resnet20", "--data_name=cifar10",
                "--device=cpu", "--num_gpus=1", "--local_parameter_device=cpu",
                "--data_format=NHWC", "--batch_size=8", "--num_batches=3",
                "--num_warmup_batches=1", "--display_every=1", f"--worker_hosts={hosts}",
                "--job_name=worker", f"--task_index={i}", "--variable_update=deepreduce",
                "--compressor=topk", "--compress_ratio=0.01", "--deepreduce=both",
-               "--index=golomb", "--value=qsgd", "--bits=7"]
-        procs.append(subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True))
-    outs = []
-    try:
-        for p in procs:
-            outs.append(p.communicate(timeout=300)[0])
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    for p, out in zip(procs, outs):
-        assert p.returncode == 0, out[-3000:]
+               "--index=golomb", "--value=qsgd", "--bits=7"])
+    outs = _run_all(cmds, tmp_path, timeout=300)
+    for out in outs:
         assert "collective_all_reduce mode with this exchange" in out
     logs = [[ln for ln in out.splitlines() if ln[:1].isdigit() and "\t" in ln] for out in outs]
     assert len(logs[0]) == 6 and [ln.split("\t")[-1] for ln in logs[0]] == \
