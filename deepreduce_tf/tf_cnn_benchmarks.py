@@ -131,7 +131,6 @@ class Adapter:
         self.algorithm = None
         self.byte_tensors = None  # the counters of the exchange being run
         self.last_bytes = None
-        self.steps_logged = 0
 
     # -- flags
     def extend_flags(self):
@@ -151,7 +150,10 @@ class Adapter:
                 "DeepReduce's compressed exchange: deepreduce-tf-cnn-benchmarks)")
         ours = flags.FlagValues()
         bench_flags.define_flags(ours)
-        for name in bench_flags.compression_flag_names() + ("seed",):
+        # --exchange is deepreduce-bench's choice of TensorFlow's own path: here
+        # that is the script's own --variable_update.
+        names = [n for n in bench_flags.compression_flag_names() if n != "exchange"]
+        for name in names + ["seed"]:
             if name in ours and name not in self.FLAGS:
                 self.FLAGS[name] = ours[name]
 
@@ -163,7 +165,7 @@ class Adapter:
     def given_flags(self):
         from deepreduce_tf.benchmark import flags as bench_flags
 
-        return bench_flags.given_compression_flags(self.FLAGS)
+        return [n for n in bench_flags.given_compression_flags(self.FLAGS) if n != "exchange"]
 
     # -- checks
     def check(self, params):
@@ -302,7 +304,6 @@ class Adapter:
             self.log_fn("%i\tDeepReduce: %s B sent per device (dense %s B, %.1fx smaller)"
                         % (step + 1, f"{b['sent_bytes']:,.0f}", f"{b['dense_bytes']:,.0f}",
                            b["dense_bytes"] / max(b["sent_bytes"], 1.0)))
-            self.steps_logged += 1
 
     def summary(self):
         """The closing line: totals over every exchange (warm-up steps included)."""

@@ -302,6 +302,8 @@ def test_real_script_refuses_what_deepreduce_cannot_run(tmp_path):
     assert proc.returncode == 2 and "--all_reduce_spec" in proc.stderr
     proc = _run_script(tmp_path, "--variable_update=deepreduce", "--index=nonsense")
     assert proc.returncode != 0 and "nonsense" in proc.stderr
+    proc = _run_script(tmp_path, "--variable_update=deepreduce", "--exchange=tf")
+    assert proc.returncode != 0 and "exchange" in proc.stderr  # not a flag here
 
 
 # ------------------------------------------------------------ TF1 multi-worker
