@@ -240,11 +240,28 @@ class Allreduce(Communicator):
 COMMUNICATORS = collections.OrderedDict((c.name, c) for c in (Allgather, Allreduce))
 
 
-def make_communicator(name):
+def register(cls):
+    """Adds a Communicator subclass (its `name`; its from_params keys, if
+    any, in cls.PARAMS: codecs.base.Param, passed to the constructor)."""
+    if not (isinstance(cls, type) and issubclass(cls, Communicator)) or not cls.name:
+        raise TypeError(f"expected a named Communicator subclass, got {cls!r}")
+    if cls.name in COMMUNICATORS and COMMUNICATORS[cls.name] is not cls:
+        raise ValueError(f"communicator {cls.name!r} is already registered")
+    COMMUNICATORS[cls.name] = cls
+    return cls
+
+
+def param_keys():
+    """The from_params keys of every registered communicator."""
+    return tuple(p.key for c in COMMUNICATORS.values() for p in getattr(c, "PARAMS", ()))
+
+
+def make_communicator(name, **kwargs):
+    """A communicator by name; kwargs: its PARAMS (and 'seed' if it takes one)."""
     if name not in COMMUNICATORS:
         raise ValueError(f"unknown communicator {name!r}; valid choices: "
                          f"{', '.join(COMMUNICATORS)}")
-    return COMMUNICATORS[name]()
+    return COMMUNICATORS[name](**kwargs)
 
 
 def exchange_locally(compressors, tensors, name=None, average=False):

@@ -19,7 +19,12 @@ Keys (defaults in brackets; every key may be left out):
   warmup          dense | exponential [dense] (exponential: DGC's top-k
                   density 25 % -> compress_ratio over warmup_steps)
   clip_norm       local gradient clipping by global L2 norm [None]
-  communicator    allgather | allreduce [allgather]
+  communicator    allgather | allreduce | lgc_ps | lgc_rar [allgather]
+                  (lgc_*: Learned Gradient Compression, deepreduce_tf.learned;
+                  its keys lgc_warmup_steps [100], lgc_train_steps [200],
+                  lgc_lr [1e-3], lgc_innovation [0.05], lgc_channels
+                  ['64,128,256,64'], lgc_latent_channels [4], lgc_leader [0];
+                  docs/lgc.md)
   deepreduce      None | 'index' | 'value' | 'both' [None]
   index           bloom | golomb | rle | bitmap | int32 | raw [bloom]
                   (golomb: the project's lossless near-entropy codec;
@@ -63,6 +68,7 @@ import warnings
 from deepreduce_tf import codecs  # importing it registers the built-in codecs
 from deepreduce_tf import communicators, memory, sparsifiers
 from deepreduce_tf.compressors import DEFAULT_MIN_SIZE, NONFINITE_CHOICES, Compressor
+from deepreduce_tf.learned import lgc  # noqa: F401  registers lgc_ps and lgc_rar
 
 DEEPREDUCE_MODES = (None, "index", "value", "both")
 DEFAULT_CODECS = {"index": "bloom", "value": "polyfit"}
@@ -92,14 +98,14 @@ def _finite(value):
 BUCKET_CAP_MB = codecs.Param(
     "bucket_cap_mb", float, 25.0, low=0, low_open=True, check=_finite,
     help="fusion bucket size in MiB (as PyTorch DDP's bucket_cap_mb)")
-codecs.REGISTRY.reserve(GENERAL_KEYS + tuple(GENERAL_KEY_ALIASES) + ("use_memory",),
-                            "deepreduce_tf.params")
+codecs.REGISTRY.reserve(GENERAL_KEYS + tuple(GENERAL_KEY_ALIASES) + ("use_memory",)
+                        + communicators.param_keys(), "deepreduce_tf.params")
 
 
 def keys():
     """Every from_params key, codec parameters of registered codecs included."""
     codec_keys = tuple(k for k in codecs.REGISTRY.params() if k != codecs.SEED.key)
-    return GENERAL_KEYS + codec_keys + (codecs.SEED.key,)
+    return GENERAL_KEYS + communicators.param_keys() + codec_keys + (codecs.SEED.key,)
 
 
 def key_aliases():
@@ -263,8 +269,13 @@ def from_params(params, variable_factory=None):
     extra = {}
     if _accepts(Compressor.__init__, "bucket_cap_mb"):
         extra["bucket_cap_mb"] = float(get("bucket_cap_mb", BUCKET_CAP_MB.default))
+    comm_kwargs = {}
+    for param in getattr(communicators.COMMUNICATORS[comm_name], "PARAMS", ()):
+        comm_kwargs[param.arg] = param.validate(get(param.key, param.default))
+    if comm_kwargs:
+        comm_kwargs["seed"] = seed
     compressor = Compressor(sparsifier, index_codec, value_codec, mem,
-                            communicators.make_communicator(comm_name),
+                            communicators.make_communicator(comm_name, **comm_kwargs),
                             min_size=get("min_size", DEFAULT_MIN_SIZE), nonfinite=nonfinite,
                             seed=seed, variable_factory=variable_factory,
                             warmup_steps=get("warmup_steps", 0), warmup=get("warmup", "dense"),

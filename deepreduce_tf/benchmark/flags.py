@@ -81,9 +81,16 @@ def codec_flag_params():
     return {k: p for k, p in codec_base.REGISTRY.params().items() if p.flag}
 
 
+def communicator_flag_params():
+    """{flag name: Param} of the registered communicators' keys (lgc_*)."""
+    comms = dr_params.communicators.COMMUNICATORS  # importing params registers them all
+    return {p.key: p for c in comms.values() for p in getattr(c, "PARAMS", ())}
+
+
 def param_flags():
     """The flags that configure compression, in the order of the params dict."""
-    return GENERAL_PARAM_FLAGS + tuple(codec_flag_params()) + ("min_size", "seed")
+    return (GENERAL_PARAM_FLAGS + tuple(communicator_flag_params()) + tuple(codec_flag_params())
+            + ("min_size", "seed"))
 
 
 def extra_params():
@@ -182,6 +189,10 @@ def _define_codec_flags(fv):
     flags.DEFINE_string("value", dr_params.DEFAULT_CODECS["value"],
                         "Value codec (with --deepreduce=value/both): "
                         f"{_codec_choices_help('value')}. See docs/codecs.md.", flag_values=fv)
+    for key, param in communicator_flag_params().items():
+        comms = dr_params.communicators.COMMUNICATORS.values()
+        owners = "/".join(c.name for c in comms if param in getattr(c, "PARAMS", ()))
+        _define_param_flag(param, fv, f"--communicator={owners}")
     # One flag per codec parameter, as the registry declares it (a key that
     # is already a flag of this command keeps its own meaning).
     for key, param in codec_flag_params().items():
@@ -288,7 +299,9 @@ def _define_general_flags(fv):
     flags.DEFINE_float("clip_norm", None,
                        "Local gradient clipping: each worker scales its gradients to this "
                        "global L2 norm at most, before error feedback (DGC).", flag_values=fv)
-    flags.DEFINE_string("communicator", "allgather", "allgather | allreduce.", flag_values=fv)
+    flags.DEFINE_string("communicator", "allgather",
+                        "allgather | allreduce | lgc_ps | lgc_rar (Learned Gradient "
+                        "Compression, --lgc_* flags; docs/lgc.md).", flag_values=fv)
     flags.DEFINE_string("deepreduce", "both",
                         "What DeepReduce compresses: none | index | value | both. Default both, "
                         "or none when --compressor=none.", flag_values=fv)

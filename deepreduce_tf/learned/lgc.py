@@ -1,0 +1,557 @@
+"""Learned Gradient Compression (Abrahamyan et al., IEEE TNNLS 2021): the
+communicators 'lgc_ps' and 'lgc_rar'. The design is in docs/lgc.md.
+
+Per fused bucket, every exchange has two rounds:
+
+  A  the leader (replica lgc_leader) picks its top-k positions P of its
+     compensated gradient x_L and sends them, coded by the index codec, with
+     its RMS s over P and the exchange number (all-gather; the other
+     replicas send nothing). Every replica then takes v_i = x_i[P]: all
+     nodes speak about the same k positions, so their values line up.
+  B  depends on the phase (exchanges counted per bucket, the same count
+     on every worker; round A carries the leader's, a mismatch is an error):
+       1  warm-up (lgc_warmup_steps): v_i travels coded by the value codec;
+       2  training (lgc_train_steps): the same, and every process trains the
+          autoencoder online on what it received (one Adam step);
+       3  compressed: at its first exchange the weights of replica 0 are
+          broadcast once (counted), then
+          lgc_ps   the leader sends its latent E(v_L / s) (value codec) and
+                   every replica its "innovation", the lgc_innovation share of
+                   its k values that its own reconstruction misses most
+                   (index + value codec); node i is decoded as s D_i(z_L),
+                   its innovation values written over it.
+          lgc_rar  a linear autoencoder: every replica's latent E(v_i / s) is
+                   summed by an all-reduce (bytes per worker do not grow with
+                   the number of workers), and s D(sum) is the sum.
+The sum is scattered at P; the dense section of the bucket (small tensors)
+is all-reduced in its own dtype.
+
+Error feedback: replica i's residual is x_i minus what the receivers
+decoded as its contribution (c_i at P): exact for PS and phases 1-2 (every
+receiver decodes every contribution), and for RAR exact up to rounding
+because the decoder is linear (sum of D(z_i) = D(sum of z_i)).
+"""
+import zlib
+
+import numpy as np
+import tensorflow as tf
+
+from deepreduce_tf import communicators
+from deepreduce_tf._checks import check, guarded
+from deepreduce_tf.codecs.base import Param
+from deepreduce_tf.learned.autoencoder import Autoencoder, latent_length, parse_channels
+from deepreduce_tf.memory import NoMemory, Sent, ensure_initialized
+from deepreduce_tf.ops import payload as payload_ops
+from deepreduce_tf.ops import sparsify as sparsify_ops
+from deepreduce_tf.transport import ordered_sum
+
+KIND_INDEX = 16  # payload kinds of the two rounds and of the weight broadcast
+KIND_VALUES = 17
+KIND_WEIGHTS = 18
+INDEX_FIELDS = ("exchange", "n", "k", "aux0", "aux1", "scale", "config")
+VALUE_FIELDS = ("exchange", "phase", "config")
+WEIGHT_FIELDS = ("count", "config")
+
+
+def _check_channels(value):
+    parse_channels(value)
+
+
+PARAMS = (
+    Param("lgc_warmup_steps", int, 100, low=0,
+          help="phase 1: exchanges at the leader's top-k positions before training"),
+    Param("lgc_train_steps", int, 200, low=0,
+          help="phase 2: exchanges during which the autoencoder trains (one Adam step each)"),
+    Param("lgc_lr", float, 1e-3, low=0, low_open=True, help="the autoencoder's Adam rate"),
+    Param("lgc_innovation", float, 0.05, low=0, high=1, low_open=True,
+          help="lgc_ps only: share of the k values each node also sends exactly (its innovation)"),
+    Param("lgc_channels", str, "64,128,256,64", check=_check_channels,
+          help="channels of the four strided convolutions of the autoencoder"),
+    Param("lgc_latent_channels", int, 4, low=1, high=64,
+          help="latent channels (latent = k/16 x this floats)"),
+    Param("lgc_leader", int, 0, low=0, help="the replica whose top-k positions all use"),
+)
+PARAM_KEYS = tuple(p.key for p in PARAMS)
+
+
+def _fingerprint(*parts):
+    return zlib.crc32(repr(parts).encode()) & 0x7FFFFFFF
+
+
+class _Lgc(communicators.Communicator):
+    """What both variants share: round A, phases, the autoencoder."""
+
+    PARAMS = PARAMS
+    ae_kind = None
+
+    def __init__(self, lgc_warmup_steps=100, lgc_train_steps=200, lgc_lr=1e-3,
+                 lgc_innovation=0.05, lgc_channels="64,128,256,64", lgc_latent_channels=4,
+                 lgc_leader=0, seed=0):
+        for param, value in zip(PARAMS, (lgc_warmup_steps, lgc_train_steps, lgc_lr,
+                                         lgc_innovation, lgc_channels, lgc_latent_channels,
+                                         lgc_leader)):
+            param.validate(value)
+        self.warmup_steps = int(lgc_warmup_steps)
+        self.train_steps = int(lgc_train_steps)
+        self.lr = float(lgc_lr)
+        self.innovation = float(lgc_innovation)
+        self.channels = parse_channels(lgc_channels)
+        self.latent_channels = int(lgc_latent_channels)
+        self.leader = int(lgc_leader)
+        self.seed = int(seed)
+
+    def config(self):
+        return {"lgc_warmup_steps": self.warmup_steps, "lgc_train_steps": self.train_steps,
+                "lgc_lr": self.lr, "lgc_innovation": self.innovation,
+                "lgc_channels": ",".join(map(str, self.channels)),
+                "lgc_latent_channels": self.latent_channels, "lgc_leader": self.leader}
+
+    def __repr__(self):
+        cfg = ", ".join(f"{k}={v!r}" for k, v in self.config().items())
+        return f"{type(self).__name__}({cfg})"
+
+    # ------------------------------------------------------------ checks
+    def check(self, compressor):
+        problems = []
+        sp = compressor.sparsifier
+        if sp.name != "topk":
+            problems.append(f"it sends values at the leader's top-k positions, but the "
+                            f"compressor is {sp.name!r} (use compressor='topk')")
+        policy = getattr(compressor.index_codec, "policy", None)
+        if compressor.index_codec.name == "bloom" and policy == "p0":
+            problems.append("Bloom policy p0 decodes false positives (more than K positions); "
+                            "use another policy or a lossless index codec")
+        if getattr(compressor, "warmup_steps", 0) or getattr(compressor, "clip_norm", None):
+            problems.append("warmup_steps and clip_norm belong to the all-gather exchange "
+                            "(LGC has its own warm-up: lgc_warmup_steps)")
+        problems += self._check_values(compressor)
+        if problems:
+            raise ValueError(f"communicator {self.name!r}: " + "; ".join(problems))
+
+    def _check_values(self, compressor):
+        return []
+
+    # ------------------------------------------------------------ state
+    def _state(self, comp, num_replicas):
+        """The process's LGC state (autoencoder, exchange counters), kept on
+        its first replica's compressor so that it is checkpointed with it."""
+        state = getattr(comp, "lgc", None)
+        if state is None:
+            with tf.init_scope():
+                state = tf.Module(name="lgc")
+                decoders = num_replicas if self.ae_kind == "nonlinear" else 1
+                state.autoencoder = Autoencoder(self.ae_kind, decoders, self.channels,
+                                                self.latent_channels, self.lr, self.seed,
+                                                comp.variable_factory)
+                state.exchanges = {}
+            comp.lgc = state
+        if state.autoencoder.num_decoders != (num_replicas if self.ae_kind == "nonlinear"
+                                              else 1):
+            raise ValueError(f"{self.name}: this autoencoder has "
+                             f"{state.autoencoder.num_decoders} decoders, made for another "
+                             f"number of replicas than {num_replicas}")
+        return state
+
+    def _counter(self, comp, state, key):
+        var = state.exchanges.get(key)
+        if var is None:
+            with tf.init_scope():
+                var = comp.variable_factory(tf.constant(0, tf.int64), "lgc_exchanges")
+            state.exchanges[key] = var
+        return var
+
+    def _helpers(self, comp, k):
+        """Per-replica helper compressors: the value codec over dense vectors
+        (values, latents) and top-k + codecs for the innovation."""
+        from deepreduce_tf.compressors import Compressor
+        from deepreduce_tf.sparsifiers import make_sparsifier
+
+        helpers = getattr(comp, "lgc_codecs", None)
+        if helpers is None:
+            with tf.init_scope():
+                helpers = tf.Module(name="lgc_codecs")
+                helpers.values = Compressor(make_sparsifier("none"), None, comp.value_codec,
+                                            NoMemory(), ledger=None, min_size=0, seed=comp.seed,
+                                            variable_factory=comp.variable_factory)
+                helpers.innovation = Compressor(
+                    make_sparsifier("topk", compress_ratio=self.innovation), comp.index_codec,
+                    comp.value_codec, NoMemory(), ledger=None, min_size=0, seed=comp.seed,
+                    variable_factory=comp.variable_factory)
+            comp.lgc_codecs = helpers
+        return helpers
+
+    def phase_of(self, exchange):
+        """1, 2 or 3 for exchange number `exchange` (1 = the first)."""
+        if exchange <= self.warmup_steps:
+            return 1
+        return 2 if exchange <= self.warmup_steps + self.train_steps else 3
+
+    # ------------------------------------------------------------ round A
+    def _config_id(self, key, bucket, k, comp):
+        return _fingerprint(self.name, sorted(self.config().items()), key, bucket.sparse_n, k,
+                            comp.index_codec.codec_id, comp.value_codec.codec_id)
+
+    def _leader_payload(self, comp, x, bucket, k, exchange, config):
+        idx = comp.sparsifier.select_segments(x, bucket.lengths, exchange)
+        enc = comp.index_codec.encode(tf.cast(idx, tf.int64), bucket.sparse_n)
+        positions = tf.cast(idx if enc.positions is None else enc.positions, tf.int64)
+        values = tf.gather(tf.cast(x, tf.float32), positions)
+        scale = tf.sqrt(tf.reduce_mean(tf.square(values)))
+        scale = tf.where(tf.logical_and(tf.math.is_finite(scale), scale > 0), scale, 1.0)
+        bits = tf.cast(tf.bitcast(scale, tf.uint32), tf.int64)
+        meta = tf.stack([exchange, tf.constant(bucket.sparse_n, tf.int64),
+                         tf.constant(k, tf.int64), tf.cast(enc.aux[0], tf.int64),
+                         tf.cast(enc.aux[1], tf.int64), bits, tf.constant(config, tf.int64)])
+        return payload_ops.pack([enc.section], meta, kind=KIND_INDEX)
+
+    def _read_leader(self, comp, payload, bucket, k, exchange, config):
+        meta, (section,) = payload_ops.unpack(
+            payload, 1, len(INDEX_FIELDS), kind=KIND_INDEX, field_names=INDEX_FIELDS,
+            expected={"n": bucket.sparse_n, "k": k, "config": config})
+        agree = check(tf.equal(meta[0], exchange),
+                      f"{self.name}: phase mismatch between workers: the leader's exchange "
+                      "number differs from this worker's (workers restored from different "
+                      "checkpoints, or one skipped a step); restart them from one checkpoint")
+        positions = comp.index_codec.decode(section, bucket.sparse_n, meta[2], (meta[3], meta[4]))
+        positions = tf.ensure_shape(tf.cast(positions, tf.int64), [k])
+        scale = tf.bitcast(tf.cast(meta[5], tf.uint32), tf.float32)
+        ok = check(tf.logical_and(tf.math.is_finite(scale), scale > 0),
+                   f"{self.name}: the leader's scale is not a positive finite number")
+        return guarded(positions, agree, ok), guarded(scale, agree, ok)
+
+    # ------------------------------------------------------------ the step
+    def reduce_flat(self, transport, compressors, tensors_by_replica, keys):
+        from deepreduce_tf.compressors import BucketContext
+
+        R = transport.num_replicas
+        first = getattr(transport, "first_rank", 0)
+        ranks = [first + d for d in range(len(transport.devices))]
+        if self.leader >= R:
+            raise ValueError(f"{self.name}: lgc_leader={self.leader} but the group has only "
+                             f"{R} replicas")
+        head = compressors[0]
+        with tf.device(transport.reduce_device):
+            state = self._state(head, R)
+        ae = state.autoencoder
+        plans, flats = [], []
+        for comp, device, tensors in zip(compressors, transport.devices, tensors_by_replica):
+            with tf.device(device):
+                tensors = [tf.convert_to_tensor(t) for t in tensors]
+                plan = comp.plan(keys, tensors)
+                plans.append(plan)
+                flats.append(plan.pack(tensors))
+        plan = plans[0]
+        sums = []
+        for b, bucket in enumerate(plan.buckets):
+            key = bucket.key
+            if not bucket.sparse_n:
+                rests = [[f[b]] for f in flats]
+                (total,) = transport.all_reduce(rests)
+                effects = []
+                for comp, device, f in zip(compressors, transport.devices, flats):
+                    with tf.device(device):
+                        nbytes = tf.size(f[b], out_type=tf.int64) * f[b].dtype.size
+                        effects += comp.record(BucketContext(key, bucket, bucket.dtype, bucket.n,
+                                                             bucket.nbytes, nbytes))
+                sums.append(guarded(total, *effects))
+                continue
+            sums.append(self._bucket(transport, compressors, flats, b, bucket, ranks, state, ae))
+        return plan, sums
+
+    def _bucket(self, transport, compressors, flats, b, bucket, ranks, state, ae):
+        from deepreduce_tf.compressors import BucketContext
+
+        R = transport.num_replicas
+        key, n = bucket.key, bucket.sparse_n
+        ratio = compressors[0].sparsifier.compress_ratio
+        if compressors[0].sparsifier.scope == "bucket" or len(bucket.lengths) == 1:
+            k = int(sparsify_ops.k_for_ratio(n, ratio))
+        else:
+            k = int(sum(sparsify_ops.segment_ks(bucket.lengths, ratio)))
+        config = self._config_id(key, bucket, k, compressors[0])
+        head = compressors[0]
+        with tf.device(transport.reduce_device):
+            counter = self._counter(head, state, key)
+            with tf.control_dependencies(ensure_initialized([counter] + ae.variables_all)):
+                exchange = tf.identity(counter.assign_add(1))
+        xs, deps = [], []
+        for comp, device, f in zip(compressors, transport.devices, flats):
+            with tf.device(device):
+                x = f[b][:n]
+                deps = comp.state_dependencies(key, x)
+                with tf.control_dependencies(deps):
+                    x = comp.memory.compensate(x, key)
+                    if comp.nonfinite == "raise":
+                        x = tf.debugging.assert_all_finite(
+                            x, message=f"gradient {key!r} holds NaN or Inf (nonfinite='raise')")
+                xs.append(x)
+        # Round A: the leader's positions and scale.
+        sent_a = []
+        for comp, device, x, rank in zip(compressors, transport.devices, xs, ranks):
+            with tf.device(device):
+                if rank == self.leader:
+                    sent_a.append(self._leader_payload(comp, x, bucket, k, exchange, config))
+                else:
+                    sent_a.append(tf.zeros([0], tf.uint8))
+        received = transport.all_gather(sent_a, key=f"lgc/A/{key}")
+        with tf.device(transport.reduce_device):
+            positions, scale = self._read_leader(head, received[self.leader], bucket, k,
+                                                 exchange, config)
+        values = []
+        for device, x in zip(transport.devices, xs):
+            with tf.device(device):
+                values.append(tf.gather(x, positions))
+        phase3 = exchange > self.warmup_steps + self.train_steps
+        training = tf.logical_and(exchange > self.warmup_steps, tf.logical_not(phase3))
+        first3 = tf.equal(exchange, self.warmup_steps + self.train_steps + 1)
+        sync_bytes = self._sync_weights(transport, compressors, ranks, ae, first3, config, key)
+        with tf.control_dependencies([sync_bytes]):
+            total, mine, sent_b, data = self._round_b(
+                transport, compressors, values, ranks, ae, scale, phase3, exchange, config,
+                key, bucket, k)
+        with tf.device(transport.reduce_device):
+            loss = self._maybe_train(ae, training, data, k)
+            sparse = tf.scatter_nd(tf.expand_dims(positions, 1), tf.cast(total, bucket.dtype),
+                                   [n])
+        rests = [[f[b][n:]] for f in flats]
+        effects = [loss]
+        if bucket.dense_n:
+            (rest,) = transport.all_reduce(rests)
+            out = tf.concat([sparse, rest], 0)
+        else:
+            out = sparse
+        for i, (comp, device, x, rank) in enumerate(zip(compressors, transport.devices, xs,
+                                                        ranks)):
+            with tf.device(device):
+                contribution = tf.cast(mine[i], bucket.dtype)
+                keep = tf.logical_not(tf.reduce_all(tf.math.is_finite(x)))
+                update = comp.memory.update_sent(key, x, Sent(x, positions, contribution),
+                                                 keep=keep)
+                nbytes = (tf.size(sent_a[i], out_type=tf.int64) + sent_b[i]
+                          + tf.size(rests[i][0], out_type=tf.int64) * bucket.dtype.size)
+                if rank == 0:
+                    nbytes += sync_bytes
+                effects += [update] + comp.record(BucketContext(key, bucket, bucket.dtype,
+                                                                bucket.n, bucket.nbytes, nbytes))
+        effects += list(transport.effects)
+        return guarded(out, *effects)
+
+    # ------------------------------------------------------------ pieces
+    def _sync_weights(self, transport, compressors, ranks, ae, first3, config, key):
+        """At the first compressed exchange, replica 0's weights replace
+        everyone's (so that the frozen autoencoder is the same everywhere).
+        Returns the bytes replica 0 sent (0 on other exchanges)."""
+        count = ae.num_weights()
+
+        def sync():
+            mark = len(transport.effects)
+            payloads = []
+            for device, rank in zip(transport.devices, ranks):
+                with tf.device(device):
+                    if rank == 0:
+                        raw = tf.reshape(tf.bitcast(ae.flat_weights(), tf.uint8), [-1])
+                        payloads.append(payload_ops.pack([raw], [count, config],
+                                                         kind=KIND_WEIGHTS))
+                    else:
+                        payloads.append(tf.zeros([0], tf.uint8))
+            got = transport.all_gather(payloads, key=f"lgc/W/{key}")
+            with tf.device(transport.reduce_device):
+                _, (raw,) = payload_ops.unpack(got[0], 1, len(WEIGHT_FIELDS), kind=KIND_WEIGHTS,
+                                               field_names=WEIGHT_FIELDS,
+                                               expected={"count": count, "config": config})
+                raw = guarded(raw, check(tf.equal(tf.size(raw), 4 * count),
+                                         f"{self.name}: weight broadcast of the wrong length"))
+                flat = tf.bitcast(tf.reshape(raw, [count, 4]), tf.float32)
+                ops = ae.assign_flat(flat)
+                new = transport.effects[mark:]
+                del transport.effects[mark:]
+                nbytes = tf.size(got[0], out_type=tf.int64)
+                return guarded(nbytes, *ops, *new)
+
+        return tf.cond(first3, sync, lambda: tf.constant(0, tf.int64))
+
+    def _maybe_train(self, ae, training, data, k):
+        finite = tf.reduce_all(tf.math.is_finite(data))
+
+        def train():
+            return ae.train_step(lambda: self.loss(ae, data, k))
+
+        return tf.cond(tf.logical_and(training, finite), train, lambda: tf.constant(0.0))
+
+    @staticmethod
+    def _branch(transport, fn):
+        """fn() inside a tf.cond branch: the transport's effects made there
+        stay inside (the branch's outputs depend on them)."""
+        mark = len(transport.effects)
+        out = fn()
+        new = transport.effects[mark:]
+        del transport.effects[mark:]
+        if not new:
+            return out
+        return tf.nest.map_structure(lambda t: guarded(t, *new), out)
+
+
+class LgcPS(_Lgc):
+    """LGC, parameter-server variant (see the module docstring)."""
+
+    name = "lgc_ps"
+    ae_kind = "nonlinear"
+
+    def loss(self, ae, data, k):
+        """data [R, k]: every node's values / s. 0.5 mean_i MSE(v_i, v^_i) +
+        0.5 mean_{i != j} MSE(z_i, z_j), v^_i decoded from the leader's latent
+        with node i's innovation written over it."""
+        z = ae.encode(data)
+        recon = []
+        for i in range(ae.num_decoders):
+            own = ae.decode(z[i:i + 1], k, i)[0]
+            mask = self._innovation_mask(data[i], own, k)
+            from_leader = ae.decode(z[self.leader:self.leader + 1], k, i)[0]
+            recon.append(tf.where(mask, data[i], from_leader))
+        recon = tf.stack(recon)
+        rec = tf.reduce_mean(tf.square(recon - data))
+        R = ae.num_decoders
+        if R > 1:
+            diff = tf.expand_dims(z, 0) - tf.expand_dims(z, 1)  # [R, R, latent]
+            pull = tf.reduce_sum(tf.reduce_mean(tf.square(diff), -1)) / (R * (R - 1))
+        else:
+            pull = tf.constant(0.0)
+        return 0.5 * rec + 0.5 * pull
+
+    def _innovation_count(self, k):
+        return int(sparsify_ops.k_for_ratio(k, self.innovation))
+
+    def _innovation_mask(self, v, recon, k):
+        m = self._innovation_count(k)
+        _, idx = tf.math.top_k(tf.abs(v - recon), m)
+        return tf.scatter_nd(tf.expand_dims(idx, 1), tf.ones([m], tf.bool), [k])
+
+    def _round_b(self, transport, compressors, values, ranks, ae, scale, phase3, exchange,
+                 config, key, bucket, k):
+        R = transport.num_replicas
+        helpers = [self._helpers(c, k) for c in compressors]
+        lat_n = latent_length(k, ae.latent_channels)
+
+        def pack(parts, phase):
+            meta = tf.stack([exchange, tf.constant(phase, tf.int64), tf.constant(config, tf.int64)])
+            return payload_ops.pack(parts, meta, kind=KIND_VALUES)
+
+        def unpack(payload, phase):
+            meta, parts = payload_ops.unpack(payload, 2, len(VALUE_FIELDS), kind=KIND_VALUES,
+                                             field_names=VALUE_FIELDS,
+                                             expected={"phase": phase, "config": config})
+            same = check(tf.equal(meta[0], exchange), f"{self.name}: phase mismatch between "
+                         "workers: a payload of another exchange number")
+            return [guarded(part, same) for part in parts]
+
+        def early():
+            payloads, ctx = [], None
+            for h, device, v in zip(helpers, transport.devices, values):
+                with tf.device(device):
+                    p, c = h.values.compress(tf.cast(v, tf.float32), f"lgc/{key}/values")
+                    payloads.append(pack([p, tf.zeros([0], tf.uint8)], 1))
+                    ctx = ctx or c
+            got = transport.all_gather(payloads, key=f"lgc/B1/{key}")
+            with tf.device(transport.reduce_device):
+                decoded = [helpers[0].values.decompress(unpack(p, 1)[0], ctx) for p in got]
+                data = tf.stack(decoded) / scale
+            return decoded, payloads, data
+
+        def late():
+            payloads, lctx, ictx = [], None, None
+            for h, device, v, rank in zip(helpers, transport.devices, values, ranks):
+                with tf.device(device):
+                    u = tf.cast(v, tf.float32) / scale
+                    z = ae.encode(tf.expand_dims(u, 0))
+                    own = ae.decode(z, k, rank)[0]
+                    mask = self._innovation_mask(u, own, k)
+                    innov = tf.where(mask, tf.cast(v, tf.float32), 0.0)
+                    ip, ictx_ = h.innovation.compress(innov, f"lgc/{key}/innovation")
+                    ictx = ictx or ictx_
+                    if rank == self.leader:
+                        lp, lctx_ = h.values.compress(z[0], f"lgc/{key}/latent")
+                        lctx = lctx_
+                    else:
+                        lp = tf.zeros([0], tf.uint8)
+                    payloads.append(pack([lp, ip], 3))
+            if lctx is None:  # the leader is elsewhere: decode its latent as it encoded it
+                _, lctx = helpers[0].values.compress(tf.zeros([lat_n]), f"lgc/{key}/latent")
+            got = transport.all_gather(payloads, key=f"lgc/B3/{key}")
+            with tf.device(transport.reduce_device):
+                parts = [unpack(p, 3) for p in got]
+                z_leader = helpers[0].values.decompress(parts[self.leader][0], lctx)
+                decoded = []
+                for j in range(R):
+                    u = helpers[0].innovation.decompress(parts[j][1], ictx)
+                    guess = ae.decode(tf.expand_dims(z_leader, 0), k, j)[0] * scale
+                    decoded.append(tf.where(tf.not_equal(u, 0.0), u, guess))
+            return decoded, payloads, tf.zeros([R, k])
+
+        def run(fn):
+            def branch():
+                decoded, payloads, data = fn()
+                sizes = [tf.size(p, out_type=tf.int64) for p in payloads]
+                return tf.stack(decoded), tf.stack(sizes), data
+            return self._branch(transport, branch)
+
+        decoded, sizes, data = tf.cond(phase3, lambda: run(late), lambda: run(early))
+        with tf.device(transport.reduce_device):
+            total = ordered_sum(tf.unstack(decoded))
+        mine = [decoded[r] for r in ranks]
+        return total, mine, tf.unstack(sizes), data
+
+
+class LgcRAR(_Lgc):
+    """LGC, ring-all-reduce variant (see the module docstring)."""
+
+    name = "lgc_rar"
+    ae_kind = "linear"
+
+    def _check_values(self, compressor):
+        vc = compressor.value_codec
+        if vc.name not in communicators.Allreduce.WIRE_DTYPES:
+            return [f"latents are summed by an all-reduce, so the value codec must be additive "
+                    f"(raw, fp16 or bf16), got {vc.name!r}"]
+        return []
+
+    def loss(self, ae, data, k):
+        """data [1, k]: the sum of the nodes' values / s; the linear
+        autoencoder learns to reproduce sums."""
+        return tf.reduce_mean(tf.square(ae.decode(ae.encode(data), k, 0) - data))
+
+    def _round_b(self, transport, compressors, values, ranks, ae, scale, phase3, exchange,
+                 config, key, bucket, k):
+        wire = communicators.Allreduce.wire_dtype(compressors[0], tf.float32)
+
+        def early():
+            sent = [tf.cast(tf.cast(v, tf.float32), wire) for v in values]
+            (total,) = transport.all_reduce([[s] for s in sent])
+            mine = [tf.cast(s, tf.float32) for s in sent]
+            with tf.device(transport.reduce_device):
+                total = tf.cast(total, tf.float32)
+                data = tf.expand_dims(total / scale, 0)
+            sizes = [tf.size(s, out_type=tf.int64) * s.dtype.size for s in sent]
+            return total, tf.stack(mine), tf.stack(sizes), data
+
+        def late():
+            sent, mine = [], []
+            for device, v in zip(transport.devices, values):
+                with tf.device(device):
+                    z = ae.encode(tf.expand_dims(tf.cast(v, tf.float32) / scale, 0))
+                    w = tf.cast(z[0], wire)
+                    sent.append(w)
+                    mine.append(ae.decode(tf.expand_dims(tf.cast(w, tf.float32), 0), k, 0)[0]
+                                * scale)
+            (zsum,) = transport.all_reduce([[s] for s in sent])
+            with tf.device(transport.reduce_device):
+                total = ae.decode(tf.expand_dims(tf.cast(zsum, tf.float32), 0), k, 0)[0] * scale
+            sizes = [tf.size(s, out_type=tf.int64) * s.dtype.size for s in sent]
+            return total, tf.stack(mine), tf.stack(sizes), tf.zeros([1, k])
+
+        total, mine, sizes, data = tf.cond(phase3, lambda: self._branch(transport, late),
+                                           lambda: self._branch(transport, early))
+        return total, tf.unstack(mine), tf.unstack(sizes), data
+
+
+for _cls in (LgcPS, LgcRAR):
+    communicators.register(_cls)

@@ -1,0 +1,270 @@
+"""Learned Gradient Compression (deepreduce_tf.learned): the communicators
+lgc_ps and lgc_rar, their phases, error feedback, bytes and bad input."""
+import warnings
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import deepreduce_tf as dr
+from deepreduce_tf import communicators
+from deepreduce_tf.distribute import DeepReduceCrossDeviceOps
+from deepreduce_tf.learned import lgc
+from deepreduce_tf.learned.autoencoder import Autoencoder, latent_length, parse_channels
+from deepreduce_tf.memory import default_variable_factory
+from deepreduce_tf.ops import payload as payload_ops
+from deepreduce_tf.transport import LocalTransport
+
+VARIANTS = ("lgc_ps", "lgc_rar")
+SHAPES = [(40, 50), (300,), (10,)]  # one sparse tensor, two that ride dense
+KEYS = ["w", "b", "c"]
+
+
+def _params(comm, **extra):
+    p = {"compressor": "topk", "compress_ratio": 0.05, "communicator": comm,
+         "lgc_warmup_steps": 2, "lgc_train_steps": 3, "lgc_channels": "8,8,8,8"}
+    p.update(extra)
+    return p
+
+
+def _group(comm, replicas, **extra):
+    comps = [dr.from_params(_params(comm, **extra)) for _ in range(replicas)]
+    return comps, comps[0].communicator, LocalTransport(["/cpu:0"] * replicas)
+
+
+def _residual(comps):
+    """Sum over replicas of the one residual (the bucket's sparse section: 'w')."""
+    out = 0
+    for c in comps:
+        (var,) = c.memory.residuals.values()
+        out = out + var.numpy()
+    return out
+
+
+def test_from_params_builds_both_variants_and_checks_their_keys():
+    for comm, cls in (("lgc_ps", lgc.LgcPS), ("lgc_rar", lgc.LgcRAR)):
+        c = dr.from_params(_params(comm, lgc_lr=0.01, lgc_leader=1))
+        assert isinstance(c.communicator, cls)
+        assert c.communicator.lr == 0.01 and c.communicator.leader == 1
+        assert c.communicator.channels == (8, 8, 8, 8)
+    assert set(lgc.PARAM_KEYS) <= set(dr.params.keys())
+    with pytest.raises(ValueError, match="lgc_channels"):
+        dr.from_params(_params("lgc_ps", lgc_channels="8,8"))
+    with pytest.raises(ValueError, match="lgc_train_steps"):
+        dr.from_params(_params("lgc_ps", lgc_train_steps=-1))
+    with pytest.raises(ValueError, match="lgc_innovation"):
+        dr.from_params(_params("lgc_ps", lgc_innovation=0))
+    with pytest.raises(ValueError, match="compressor='topk'"):
+        dr.from_params(_params("lgc_ps", compressor="randomk"))
+    with pytest.raises(ValueError, match="p0"):
+        dr.from_params(_params("lgc_ps", deepreduce="index", index="bloom", policy="p0"))
+    with pytest.raises(ValueError, match="additive"):
+        dr.from_params(_params("lgc_rar", deepreduce="value", value="qsgd"))
+    # a QSGD-coded latent is fine for PS (it is all-gathered, not summed)
+    dr.from_params(_params("lgc_ps", deepreduce="both", index="golomb", value="qsgd"))
+    with pytest.warns(UserWarning, match="lgc_lr"):
+        dr.from_params({"compressor": "topk", "lgc_lr": 0.1})
+
+
+def test_phases_follow_the_exchange_count():
+    c = lgc.LgcPS(lgc_warmup_steps=2, lgc_train_steps=3)
+    assert [c.phase_of(t) for t in range(1, 8)] == [1, 1, 2, 2, 2, 3, 3]
+
+
+@pytest.mark.parametrize("comm", VARIANTS)
+def test_error_feedback_conserves_the_sum_through_every_phase(comm, rng):
+    """sum of results + sum of new residuals = sum of gradients + sum of old
+    residuals, every exchange (warm-up, training, compressed)."""
+    R = 3
+    comps, communicator, transport = _group(comm, R)
+
+    @tf.function
+    def step(grads):
+        return communicator.step(transport, comps, grads, KEYS)
+
+    before = 0
+    for _ in range(7):
+        grads = [[tf.constant(rng.normal(size=s).astype(np.float32)) for s in SHAPES]
+                 for _ in range(R)]
+        out = step(grads)
+        after = _residual(comps)
+        for i in range(R - 1):  # every replica gets the same bits
+            for a, b in zip(out[i], out[i + 1]):
+                np.testing.assert_array_equal(a.numpy(), b.numpy())
+        fed = [sum(g[j].numpy() for g in grads).reshape(-1) for j in range(len(SHAPES))]
+        np.testing.assert_allclose(out[0][0].numpy().reshape(-1) + after, fed[0] + before,
+                                   rtol=2e-5, atol=2e-5)
+        for j in (1, 2):  # small tensors travel dense: exact sums
+            np.testing.assert_allclose(out[0][j].numpy(), fed[j].reshape(SHAPES[j]), rtol=1e-6,
+                                       atol=1e-6)
+        before = after
+    state = comps[0].lgc
+    assert [int(v.numpy()) for v in state.exchanges.values()] == [7]
+    assert int(state.autoencoder.adam_t.numpy()) == 3  # trained in exchanges 3, 4, 5 only
+
+
+def _bytes_by_phase(comm, replicas, steps=7):
+    comps, communicator, transport = _group(comm, replicas, memory="none")
+    step = tf.function(lambda g: communicator.step(transport, comps, g, ["w"]))
+    rng = np.random.default_rng(0)
+    out = []
+    for _ in range(steps):
+        step([[tf.constant(rng.normal(size=(64, 64)).astype(np.float32))]
+              for _ in range(replicas)])
+        out.append([c.ledger.step_totals()[0] for c in comps])
+    return out
+
+
+def test_ps_non_leaders_send_far_less_once_compressed():
+    sent = _bytes_by_phase("lgc_ps", 3)
+    k = 205  # 5 % of 4096
+    for t in (0, 1, 2, 3, 4):  # phases 1-2: the leader's positions + everyone's values
+        assert sent[t][1] == sent[t][2] and sent[t][1] >= 4 * k
+        assert sent[t][0] > sent[t][1]
+    # exchange 6: replica 0 (the leader) also broadcasts the autoencoder's weights once
+    ae = Autoencoder("nonlinear", 3, (8, 8, 8, 8), 4, 1e-3, 0, default_variable_factory)
+    assert sent[5][0] - sent[6][0] > 4 * ae.num_weights()
+    # compressed: the others send an innovation of 5 % of k values, not k values
+    assert sent[6][1] < sent[1][1] / 4
+
+
+def test_rar_bytes_per_worker_do_not_grow_with_workers():
+    two, four = _bytes_by_phase("lgc_rar", 2), _bytes_by_phase("lgc_rar", 4)
+    # compressed phase, a non-leader replica: its latent only, whatever the group size
+    assert two[6][1] == four[6][1] == 4 * latent_length(205, 4)
+    # and the latent is a quarter of the values it replaces
+    assert two[1][1] == 4 * 205
+
+
+def test_the_linear_autoencoder_decodes_a_sum_of_latents_to_the_sum():
+    ae = Autoencoder("linear", 1, (8, 8, 8, 8), 4, 1e-3, 0, default_variable_factory)
+    rng = np.random.default_rng(1)
+    a, b = (tf.constant(rng.normal(size=(1, 100)).astype(np.float32)) for _ in range(2))
+    z = ae.encode(a) + ae.encode(b)
+    np.testing.assert_allclose(ae.decode(z, 100).numpy(), ae.decode(ae.encode(a + b), 100).numpy(),
+                               rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(ae.decode(z, 100).numpy(),
+                               (ae.decode(ae.encode(a), 100) + ae.decode(ae.encode(b), 100)).numpy(),
+                               rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["nonlinear", "linear"])
+def test_the_autoencoder_learns(kind):
+    """On smooth signals (which a 4x latent can hold), Adam steps must bring
+    the reconstruction error of signals it never saw far below the start."""
+    ae = Autoencoder(kind, 1, (16, 16, 16, 16), 4, 3e-3, 0, default_variable_factory)
+    rng = np.random.default_rng(2)
+    t = np.linspace(0, 1, 256, dtype=np.float32)
+
+    def batch(m):
+        f = rng.uniform(1, 4, size=(m, 1)).astype(np.float32)
+        p = rng.uniform(0, 6.3, size=(m, 1)).astype(np.float32)
+        return tf.constant(np.sin(2 * np.pi * f * t + p))
+
+    held_out = batch(16)
+
+    def error():
+        return float(tf.reduce_mean(tf.square(ae.decode(ae.encode(held_out), 256) - held_out)))
+
+    start = error()
+    train = tf.function(lambda x: ae.train_step(
+        lambda: tf.reduce_mean(tf.square(ae.decode(ae.encode(x), 256) - x))))
+    for _ in range(300):
+        train(batch(8))
+    assert error() < 0.1 * start
+    assert int(ae.adam_t.numpy()) == 300
+
+
+def test_channels_are_parsed_strictly():
+    assert parse_channels("64,128,256,64") == (64, 128, 256, 64)
+    for bad in ("64,128", "a,b,c,d", "0,1,1,1", ""):
+        with pytest.raises(ValueError, match="lgc_channels"):
+            parse_channels(bad)
+
+
+def _leader_setup():
+    comps, communicator, _ = _group("lgc_ps", 2)
+    comp = comps[0]
+    from deepreduce_tf import fusion
+    plan = fusion.make_plan(["w"], [tf.TensorShape([4096])], [tf.float32], 1024)
+    (bucket,) = plan.buckets
+    k = 205
+    config = communicator._config_id("w", bucket, k, comp)  # pylint: disable=protected-access
+    x = tf.constant(np.random.default_rng(3).normal(size=4096).astype(np.float32))
+    return communicator, comp, bucket, k, config, x
+
+
+def test_round_a_payloads_are_checked():
+    communicator, comp, bucket, k, config, x = _leader_setup()
+    ex = tf.constant(5, tf.int64)
+    good = communicator._leader_payload(comp, x, bucket, k, ex, config)  # pylint: disable=protected-access
+    positions, scale = communicator._read_leader(comp, good, bucket, k, ex, config)  # pylint: disable=protected-access
+    top = np.sort(np.argsort(-np.abs(x.numpy()))[:k])
+    np.testing.assert_array_equal(np.sort(positions.numpy()), top)
+    np.testing.assert_allclose(scale.numpy(), np.sqrt(np.mean(x.numpy()[top] ** 2)), rtol=1e-6)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="phase mismatch"):
+        communicator._read_leader(comp, good, bucket, k, tf.constant(6, tf.int64), config)  # pylint: disable=protected-access
+    with pytest.raises(tf.errors.InvalidArgumentError, match="config"):
+        communicator._read_leader(comp, good, bucket, k, ex, config + 1)  # pylint: disable=protected-access
+    bad = good.numpy().copy()
+    bad[-8] ^= 1
+    with pytest.raises(tf.errors.InvalidArgumentError, match="CRC"):
+        communicator._read_leader(comp, tf.constant(bad), bucket, k, ex, config)  # pylint: disable=protected-access
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        communicator._read_leader(comp, good[:-3], bucket, k, ex, config)  # pylint: disable=protected-access
+
+
+def test_a_latent_of_the_wrong_length_is_an_error():
+    comps, communicator, _ = _group("lgc_ps", 2)
+    helpers = communicator._helpers(comps[0], 205)  # pylint: disable=protected-access
+    _, ctx = helpers.values.compress(tf.zeros([latent_length(205, 4)]), "lgc/w/latent")
+    short, _ = helpers.values.compress(tf.zeros([latent_length(205, 4) - 4]), "lgc/w/latent")
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        helpers.values.decompress(short, ctx)
+
+
+def test_a_leader_outside_the_group_is_refused():
+    comps, communicator, transport = _group("lgc_ps", 2, lgc_leader=2)
+    with pytest.raises(ValueError, match="lgc_leader=2"):
+        communicator.step(transport, comps, [[tf.zeros([4096])]] * 2, ["w"])
+
+
+@pytest.mark.parametrize("comm", VARIANTS)
+def test_keras_fit_under_mirrored_strategy_switches_phases(comm, tmp_path):
+    import keras
+
+    def build():
+        ops = DeepReduceCrossDeviceOps(_params(comm))
+        strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"], cross_device_ops=ops)
+        with strategy.scope():
+            keras.utils.set_random_seed(0)
+            model = keras.Sequential([keras.Input((20,)),
+                                      keras.layers.Dense(64, activation="relu"),
+                                      keras.layers.Dense(1)])
+            model.compile(keras.optimizers.SGD(0.01), "mse")
+        return ops, strategy, model
+
+    ops, strategy, model = build()
+    rng = np.random.default_rng(0)
+    x = rng.random((256, 20)).astype("float32")
+    y = x.sum(1, keepdims=True)
+    hist = model.fit(x, y, batch_size=32, epochs=2, verbose=0)  # 8 steps x 2
+    assert hist.history["loss"][1] < hist.history["loss"][0]
+    for w in model.trainable_variables:  # replicas stay identical
+        vals = [v.numpy() for v in strategy.experimental_local_results(w.value)]
+        np.testing.assert_array_equal(vals[0], vals[1])
+    state = ops.compressors[0].lgc
+    assert [int(v.numpy()) for v in state.exchanges.values()] == [16]
+    assert int(state.autoencoder.adam_t.numpy()) == 3
+    # the exchange state (autoencoder and exchange counts) is checkpointed
+    path = tf.train.Checkpoint(deepreduce=ops.state).save(str(tmp_path / "ckpt"))
+    ops2, _, model2 = build()
+    tf.train.Checkpoint(deepreduce=ops2.state).restore(path)
+    model2.fit(x[:64], y[:64], batch_size=32, epochs=1, verbose=0)
+    state2 = ops2.compressors[0].lgc
+    assert [int(v.numpy()) for v in state2.exchanges.values()] == [18]
+    assert int(state2.autoencoder.adam_t.numpy()) == 3  # restored, not retrained
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for a, b in zip(state.autoencoder.weights, state2.autoencoder.weights):
+            np.testing.assert_array_equal(a.numpy(), b.numpy())
