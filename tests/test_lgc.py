@@ -229,6 +229,21 @@ def test_a_leader_outside_the_group_is_refused():
         communicator.step(transport, comps, [[tf.zeros([4096])]] * 2, ["w"])
 
 
+class _OneOfTwo(LocalTransport):
+    """A transport that drives one replica of a group of two, as a
+    multi-worker transport does."""
+
+    def __init__(self):
+        super().__init__(["/cpu:0"])
+        self.num_replicas = 2
+
+
+def test_a_transport_without_global_ranks_is_refused():
+    comps, communicator, _ = _group("lgc_rar", 1)
+    with pytest.raises(NotImplementedError, match="MultiWorkerMirroredStrategy"):
+        communicator.step(_OneOfTwo(), comps, [[tf.zeros([4096])]], ["w"])
+
+
 @pytest.mark.parametrize("comm", VARIANTS)
 def test_keras_fit_under_mirrored_strategy_switches_phases(comm, tmp_path):
     import keras

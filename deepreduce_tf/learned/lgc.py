@@ -224,7 +224,15 @@ class _Lgc(communicators.Communicator):
         from deepreduce_tf.compressors import BucketContext
 
         R = transport.num_replicas
-        first = getattr(transport, "first_rank", 0)
+        first = getattr(transport, "first_rank", None)
+        if first is None:
+            if len(transport.devices) != R:
+                raise NotImplementedError(
+                    f"{self.name} runs under MirroredStrategy (every replica in this process) "
+                    "in this release; under MultiWorkerMirroredStrategy a worker must know its "
+                    "global replica number, which this transport does not give yet "
+                    "(docs/lgc.md). Use communicator='allgather' across workers.")
+            first = 0
         ranks = [first + d for d in range(len(transport.devices))]
         if self.leader >= R:
             raise ValueError(f"{self.name}: lgc_leader={self.leader} but the group has only "
