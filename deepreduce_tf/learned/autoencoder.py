@@ -47,6 +47,92 @@ def latent_length(n, latent_channels):
     return -(-n // MULTIPLE) * latent_channels
 
 
+def _glorot(rng, shape, fan_in, fan_out, gain=1.0):
+    limit = gain * np.sqrt(6.0 / (fan_in + fan_out))
+    return rng.uniform(-limit, limit, shape).astype(np.float32)
+
+
+def random_init(channels, latent_channels, rng, gain=1.0):
+    """Glorot-uniform weights: {'enc': [5 filters], 'dec': [5 filters]}
+    (conv1d filters [width, in, out]; conv1d_transpose [width, out, in])."""
+    chain = (1,) + tuple(channels)
+    lc = latent_channels
+    enc = [_glorot(rng, [3, a, b], 3 * a, 3 * b, gain) for a, b in zip(chain[:-1], chain[1:])]
+    enc.append(_glorot(rng, [1, chain[-1], lc], chain[-1], lc, gain))
+    back = tuple(reversed(chain))
+    dec = [_glorot(rng, [1, lc, back[0]], lc, back[0], gain)]
+    dec += [_glorot(rng, [3, b, a], 3 * a, 3 * b, gain) for a, b in zip(back[:-1], back[1:])]
+    return {"enc": enc, "dec": dec}
+
+
+def polyphase_init(kind, channels, latent_channels, rng):
+    """Weights that make decode(encode(v)) = v at the start (for the first
+    latent_channels of every 16 consecutive values when latent_channels <
+    16), plus small random weights elsewhere.
+
+    Encoder layer i turns 2^i consecutive values per position into 2^(i+1)
+    (a stride-2 space-to-depth: taps 0 and 1 of the kernel), the latent keeps
+    the first latent_channels of the 16, and the decoder undoes it with
+    transposed convolutions. With LeakyReLU(a) every value travels as a pair
+    (x, -x): lrelu(x) - lrelu(-x) = (1 + a) x, so the next layer reads it back
+    with weights +-1/(1 + a). Needs channels[i] >= 2^(i+1) (twice that with
+    LeakyReLU).
+
+    Why: an autoencoder trained online for a few hundred steps from random
+    weights reproduces a gradient's top-k values badly (docs/lgc.md); from
+    here training only has to learn what to change.
+    """
+    pair = kind == "nonlinear"
+    width = 2 if pair else 1
+    need = [width * 2 ** (i + 1) for i in range(STRIDE_LAYERS)]
+    if any(c < n for c, n in zip(channels, need)):
+        raise ValueError(f"lgc_channels {','.join(map(str, channels))} are too narrow to start "
+                         f"as the identity (need at least {','.join(map(str, need))} with "
+                         f"{'LeakyReLU' if pair else 'linear layers'})")
+    w = random_init(channels, latent_channels, rng, gain=0.001)
+    g = 1.0 / 1.2 if pair else 1.0  # LeakyReLU(0.2) pairs read back
+
+    def write(f, tap, src, dst, first_in=False, last_out=False):
+        # value `src` (a pair, or a raw channel when first_in) -> value `dst`
+        if not pair:
+            f[tap, src, dst] += 1.0
+            return
+        ins = [(src, 1.0)] if first_in else [(2 * src, g), (2 * src + 1, -g)]
+        outs = [(dst, 1.0)] if last_out else [(2 * dst, 1.0), (2 * dst + 1, -1.0)]
+        for ci, a in ins:
+            for co, b in outs:
+                f[tap, ci, co] += a * b
+
+    for i in range(STRIDE_LAYERS):  # encoder: (pos 2t + j, value q) -> (pos t, q + j P)
+        f = w["enc"][i]
+        p_in = 2 ** i
+        for j in (0, 1):
+            for q in range(p_in):
+                write(f, j, q, q + j * p_in, first_in=(i == 0))
+    lc = min(latent_channels, MULTIPLE)
+    for c in range(lc):  # the latent: the first lc of the 16 values, raw
+        write(w["enc"][STRIDE_LAYERS], 0, c, c, last_out=True)
+    dec = w["dec"]
+    for c in range(lc):  # decoder 1x1: raw latent -> pairs
+        if pair:
+            dec[0][0, c, 2 * c] += 1.0
+            dec[0][0, c, 2 * c + 1] -= 1.0
+        else:
+            dec[0][0, c, c] += 1.0
+    for i in range(STRIDE_LAYERS):  # (pos t, value p) -> (pos 2t + p // P, value p % P)
+        f = dec[1 + i]  # [width, out, in]
+        p_out = 2 ** (STRIDE_LAYERS - 1 - i)
+        last = i == STRIDE_LAYERS - 1
+        for p in range(2 * p_out):
+            j, q = divmod(p, p_out)
+            src = [(2 * p, g), (2 * p + 1, -g)] if pair else [(p, 1.0)]
+            dst = [(q, 1.0)] if (last or not pair) else [(2 * q, 1.0), (2 * q + 1, -1.0)]
+            for ci, a in src:
+                for co, b in dst:
+                    f[j, co, ci] += a * b
+    return w
+
+
 class Autoencoder(tf.Module):
     """encode(v [B, L]) -> z [B, latent_length(L)]; decode(z, node) -> [B, L].
 
@@ -56,12 +142,14 @@ class Autoencoder(tf.Module):
       channels: the four channel counts of the strided layers.
       latent_channels: channels of the latent.
       lr: Adam's learning rate.
-      seed: initial weights (Glorot-uniform from numpy: the same on every worker).
+      seed: initial weights (from numpy: the same on every worker).
       variable_factory: callable(initial_value, name) -> tf.Variable.
+      identity_init: start as the identity (polyphase_init) instead of
+        Glorot-uniform weights.
     """
 
     def __init__(self, kind, decoders, channels, latent_channels, lr, seed, variable_factory,
-                 name="lgc_autoencoder"):
+                 identity_init=False, name="lgc_autoencoder"):
         super().__init__(name=name)
         if kind not in ("nonlinear", "linear"):
             raise ValueError(f"kind must be 'nonlinear' or 'linear', got {kind!r}")
@@ -74,29 +162,23 @@ class Autoencoder(tf.Module):
         bias = kind == "nonlinear"
         make = variable_factory
 
-        def weight(shape, fan_in, fan_out, name):
-            limit = np.sqrt(6.0 / (fan_in + fan_out))
-            return make(tf.constant(rng.uniform(-limit, limit, shape).astype(np.float32)), name)
-
         def zeros(n, name):
             return make(tf.zeros([n], tf.float32), name) if bias else None
 
         chain = (1,) + self.channels
-        self.encoder = []
-        for i, (cin, cout) in enumerate(zip(chain[:-1], chain[1:])):
-            self.encoder.append((weight([3, cin, cout], 3 * cin, 3 * cout, f"enc{i}_w"),
-                                 zeros(cout, f"enc{i}_b")))
         lc = self.latent_channels
-        self.encoder.append((weight([1, chain[-1], lc], chain[-1], lc, "enc_latent_w"),
-                             zeros(lc, "enc_latent_b")))
-        self.decoders = []
         back = tuple(reversed(chain))  # c3, c2, c1, c0, 1
+        init = (polyphase_init(kind, self.channels, lc, rng) if identity_init
+                else random_init(self.channels, lc, rng))
+        self.encoder = []
+        for i, cout in enumerate(chain[1:] + (lc,)):
+            self.encoder.append((make(tf.constant(init["enc"][i]), f"enc{i}_w"),
+                                 zeros(cout, f"enc{i}_b")))
+        self.decoders = []
         for d in range(self.num_decoders):
-            layers = [(weight([1, lc, back[0]], lc, back[0], f"dec{d}_latent_w"),
-                       zeros(back[0], f"dec{d}_latent_b"))]
-            for i, (cin, cout) in enumerate(zip(back[:-1], back[1:])):
-                # conv1d_transpose filters are [width, out, in]
-                layers.append((weight([3, cout, cin], 3 * cin, 3 * cout, f"dec{d}_{i}_w"),
+            layers = []
+            for i, cout in enumerate(back):
+                layers.append((make(tf.constant(init["dec"][i]), f"dec{d}_{i}_w"),
                                zeros(cout, f"dec{d}_{i}_b")))
             self.decoders.append(layers)
         self.weights = [v for layer in self.encoder + sum(self.decoders, [])

@@ -39,7 +39,8 @@ import tensorflow as tf
 from deepreduce_tf import communicators
 from deepreduce_tf._checks import check, guarded
 from deepreduce_tf.codecs.base import Param
-from deepreduce_tf.learned.autoencoder import Autoencoder, latent_length, parse_channels
+from deepreduce_tf.learned.autoencoder import (Autoencoder, latent_length, parse_channels,
+                                               polyphase_init)
 from deepreduce_tf.memory import NoMemory, Sent, ensure_initialized
 from deepreduce_tf.ops import payload as payload_ops
 from deepreduce_tf.ops import sparsify as sparsify_ops
@@ -70,6 +71,12 @@ PARAMS = (
     Param("lgc_latent_channels", int, 4, low=1, high=64,
           help="latent channels (latent = k/16 x this floats)"),
     Param("lgc_leader", int, 0, low=0, help="the replica whose top-k positions all use"),
+    Param("lgc_activation", str, None, choices=("leaky_relu", "linear"),
+          help="the autoencoder's layers: leaky_relu (with biases; lgc_ps's default, the "
+               "paper's) or linear (lgc_rar needs it)"),
+    Param("lgc_init", str, "identity", choices=("identity", "random"),
+          help="the autoencoder's first weights: identity (decode(encode(v)) = v for the kept "
+               "latent channels) or random (Glorot)"),
 )
 PARAM_KEYS = tuple(p.key for p in PARAMS)
 
@@ -82,15 +89,23 @@ class _Lgc(communicators.Communicator):
     """What both variants share: round A, phases, the autoencoder."""
 
     PARAMS = PARAMS
-    ae_kind = None
+    default_activation = None
+    per_node_decoders = False
 
     def __init__(self, lgc_warmup_steps=100, lgc_train_steps=200, lgc_lr=1e-3,
                  lgc_innovation=0.05, lgc_channels="64,128,256,64", lgc_latent_channels=4,
-                 lgc_leader=0, seed=0):
+                 lgc_leader=0, lgc_activation=None, lgc_init="identity", seed=0):
         for param, value in zip(PARAMS, (lgc_warmup_steps, lgc_train_steps, lgc_lr,
                                          lgc_innovation, lgc_channels, lgc_latent_channels,
-                                         lgc_leader)):
+                                         lgc_leader, lgc_activation, lgc_init)):
             param.validate(value)
+        self.init = lgc_init
+        self.activation = lgc_activation or self.default_activation
+        if self.activation != "linear" and not self.per_node_decoders:
+            raise ValueError(f"communicator {self.name!r} sums latents, so its autoencoder must "
+                             f"be linear: lgc_activation={lgc_activation!r} is not possible "
+                             "(leave it unset, or use 'linear')")
+        self.ae_kind = "nonlinear" if self.activation == "leaky_relu" else "linear"
         self.warmup_steps = int(lgc_warmup_steps)
         self.train_steps = int(lgc_train_steps)
         self.lr = float(lgc_lr)
@@ -99,12 +114,16 @@ class _Lgc(communicators.Communicator):
         self.latent_channels = int(lgc_latent_channels)
         self.leader = int(lgc_leader)
         self.seed = int(seed)
+        if self.init == "identity":  # refuse channels too narrow now, not at the first step
+            polyphase_init(self.ae_kind, self.channels, self.latent_channels,
+                           np.random.default_rng(0))
 
     def config(self):
         return {"lgc_warmup_steps": self.warmup_steps, "lgc_train_steps": self.train_steps,
                 "lgc_lr": self.lr, "lgc_innovation": self.innovation,
                 "lgc_channels": ",".join(map(str, self.channels)),
-                "lgc_latent_channels": self.latent_channels, "lgc_leader": self.leader}
+                "lgc_latent_channels": self.latent_channels, "lgc_leader": self.leader,
+                "lgc_activation": self.activation, "lgc_init": self.init}
 
     def __repr__(self):
         cfg = ", ".join(f"{k}={v!r}" for k, v in self.config().items())
@@ -139,14 +158,14 @@ class _Lgc(communicators.Communicator):
         if state is None:
             with tf.init_scope():
                 state = tf.Module(name="lgc")
-                decoders = num_replicas if self.ae_kind == "nonlinear" else 1
+                decoders = num_replicas if self.per_node_decoders else 1
                 state.autoencoder = Autoencoder(self.ae_kind, decoders, self.channels,
                                                 self.latent_channels, self.lr, self.seed,
-                                                comp.variable_factory)
+                                                comp.variable_factory,
+                                                identity_init=self.init == "identity")
                 state.exchanges = {}
             comp.lgc = state
-        if state.autoencoder.num_decoders != (num_replicas if self.ae_kind == "nonlinear"
-                                              else 1):
+        if state.autoencoder.num_decoders != (num_replicas if self.per_node_decoders else 1):
             raise ValueError(f"{self.name}: this autoencoder has "
                              f"{state.autoencoder.num_decoders} decoders, made for another "
                              f"number of replicas than {num_replicas}")
@@ -403,7 +422,8 @@ class LgcPS(_Lgc):
     """LGC, parameter-server variant (see the module docstring)."""
 
     name = "lgc_ps"
-    ae_kind = "nonlinear"
+    default_activation = "leaky_relu"
+    per_node_decoders = True
 
     def loss(self, ae, data, k):
         """data [R, k]: every node's values / s. 0.5 mean_i MSE(v_i, v^_i) +
@@ -414,7 +434,7 @@ class LgcPS(_Lgc):
         for i in range(ae.num_decoders):
             own = ae.decode(z[i:i + 1], k, i)[0]
             mask = self._innovation_mask(data[i], own, k)
-            from_leader = ae.decode(z[self.leader:self.leader + 1], k, i)[0]
+            from_leader = self.guess(ae, z[self.leader], k, i)
             recon.append(tf.where(mask, data[i], from_leader))
         recon = tf.stack(recon)
         rec = tf.reduce_mean(tf.square(recon - data))
@@ -425,6 +445,10 @@ class LgcPS(_Lgc):
         else:
             pull = tf.constant(0.0)
         return 0.5 * rec + 0.5 * pull
+
+    def guess(self, ae, z_leader, k, node):
+        """Node `node`'s values / s as decoded from the leader's latent."""
+        return ae.decode(tf.expand_dims(z_leader, 0), k, node)[0]
 
     def _innovation_count(self, k):
         return int(sparsify_ops.k_for_ratio(k, self.innovation))
@@ -491,7 +515,7 @@ class LgcPS(_Lgc):
                 decoded = []
                 for j in range(R):
                     u = helpers[0].innovation.decompress(parts[j][1], ictx)
-                    guess = ae.decode(tf.expand_dims(z_leader, 0), k, j)[0] * scale
+                    guess = self.guess(ae, z_leader, k, j) * scale
                     decoded.append(tf.where(tf.not_equal(u, 0.0), u, guess))
             return decoded, payloads, tf.zeros([R, k])
 
@@ -513,7 +537,7 @@ class LgcRAR(_Lgc):
     """LGC, ring-all-reduce variant (see the module docstring)."""
 
     name = "lgc_rar"
-    ae_kind = "linear"
+    default_activation = "linear"
 
     def _check_values(self, compressor):
         vc = compressor.value_codec
