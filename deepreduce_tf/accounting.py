@@ -21,6 +21,10 @@ class ByteLedger(tf.Module):
         self.dense = {}
         self.total_sent = None
         self.total_dense = None
+        # Bytes this replica received from the others, per exchange key (the
+        # last exchange) and in total; created by the first record_received.
+        self.received = {}
+        self.total_received = None
 
     def _var(self, table, key):
         var = table.get(key)
@@ -59,6 +63,28 @@ class ByteLedger(tf.Module):
                 self._var(self.dense, key).assign(dense, read_value=False),
                 self.total_sent.assign_add(sent, read_value=False),
                 self.total_dense.assign_add(dense, read_value=False)]
+
+    def record_received(self, key, nbytes):
+        """Records the bytes this replica received from the others in one
+        exchange `key`. Returns the update ops (None under eager execution)."""
+        if self.total_received is None:
+            with tf.init_scope():
+                self.total_received = self._factory(tf.constant(0, tf.int64), "total_received")
+        from deepreduce_tf.memory import ensure_initialized
+
+        nbytes = tf.cast(nbytes, tf.int64)
+        var = self._var(self.received, key)
+        # TF1 graphs run without an initializer: the counters initialize themselves
+        with tf.control_dependencies(ensure_initialized([var, self.total_received])):
+            return [var.assign(nbytes, read_value=False),
+                    self.total_received.assign_add(nbytes, read_value=False)]
+
+    def received_totals(self):
+        """(bytes received in the last exchange of every key, summed; bytes
+        received since creation)."""
+        last = sum(int(v.numpy()) for v in self.received.values())
+        total = 0 if self.total_received is None else int(self.total_received.numpy())
+        return last, total
 
     def per_variable(self):
         """{name: (payload_bytes, dense_bytes)} of each variable's last compress."""

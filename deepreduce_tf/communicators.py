@@ -99,6 +99,8 @@ class Communicator(abc.ABC):
             ctx = ctx or c
         received = transport.all_gather(payloads, key=f"slices/{key}")
         with tf.device(transport.reduce_device):
+            effects = list(effects) + self.record_received(transport, compressors,
+                                                           f"slices/{key}", received, payloads)
             parts = [compressors[0].decompress_slices(p, ctx) for p in received]
             total = tf.IndexedSlices(tf.concat([p.values for p in parts], 0),
                                      tf.concat([p.indices for p in parts], 0),
@@ -108,6 +110,31 @@ class Communicator(abc.ABC):
                 values = values / tf.cast(transport.num_replicas, values.dtype)
             total = tf.IndexedSlices(values, total.indices, total.dense_shape)
         return transport.replicate(total)
+
+    @staticmethod
+    def record_received(transport, compressors, key, received, sent):
+        """Records, for each replica of this call, the bytes of the gathered
+        payloads `received` that came from the others (all of them but its
+        own `sent[d]`). Returns the ledger ops."""
+        total = tf.add_n([tf.size(p, out_type=tf.int64) for p in received])
+        ops = []
+        for comp, own in zip(compressors, sent):
+            if comp.ledger is not None:
+                ops += comp.ledger.record_received(key, total - tf.size(own, out_type=tf.int64))
+        return [op for op in ops if op is not None]
+
+    @staticmethod
+    def record_reduced(transport, compressors, key, vectors):
+        """Records what an all-reduce of `vectors` (one replica's) delivers
+        to each replica: a ring all-reduce's 2 (R - 1) / R of their bytes."""
+        r = transport.num_replicas
+        nbytes = tf.add_n([tf.size(v, out_type=tf.int64) * v.dtype.size for v in vectors]
+                          or [tf.constant(0, tf.int64)])
+        ops = []
+        for comp in compressors:
+            if comp.ledger is not None:
+                ops += comp.ledger.record_received(key, 2 * (r - 1) * nbytes // r)
+        return [op for op in ops if op is not None]
 
     def __repr__(self):
         return f"{type(self).__name__}()"
@@ -123,10 +150,13 @@ class Allgather(Communicator):
                 p, c = comp.compress_batch(tensors, keys)
             payloads.append(p)
             ctx = ctx or c
-        received = transport.all_gather(payloads, key="batch/" + "|".join(keys))
+        key = "batch/" + "|".join(keys)
+        received = transport.all_gather(payloads, key=key)
         decoder = compressors[0]  # decoding needs the configuration only, no state
         with tf.device(transport.reduce_device):
+            ops = self.record_received(transport, compressors, key, received, payloads)
             sums = decoder.decompress_batch_sum(received, ctx)
+            sums = [guarded(s_, *ops) for s_ in sums]
         return ctx.plan, sums
 
 
@@ -232,7 +262,9 @@ class Allreduce(Communicator):
             positions = positions or where  # the same on every replica
         summed = transport.all_reduce(vectors)
         with tf.device(transport.reduce_device):
-            sums = [self.decode_bucket(b, summed[2 * i:2 * i + 2], positions[i])
+            ops = self.record_reduced(transport, compressors, "allreduce/" + "|".join(keys),
+                                      vectors[0])
+            sums = [guarded(self.decode_bucket(b, summed[2 * i:2 * i + 2], positions[i]), *ops)
                     for i, b in enumerate(plan.buckets)]
         return plan, sums
 

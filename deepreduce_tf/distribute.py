@@ -275,29 +275,38 @@ class _DeepReduceState:
         Returns {"dense_bytes", "sent_bytes", "ratio", "replicas"}: dense =
         bytes one replica's uncompressed tensors would take, sent = mean over
         this process's replicas of the payload bytes each sent (batch
-        container included), ratio = dense / sent. All zero before the
+        container included), received = mean bytes each replica received from
+        the others (all-gather: their payloads; all-reduce: a ring's
+        2 (R - 1) / R of the vector; it grows with the number of workers
+        under all-gather), ratio = dense / sent. All zero before the
         first exchange, and under a strategy of one replica, which never
         calls the ops (see SingleReplicaWarning).
         """
         comps = [c for c in self.compressors if c.ledger is not None]
         if not comps:
-            return {"dense_bytes": 0, "sent_bytes": 0, "ratio": 0.0, "replicas": 0}
+            return {"dense_bytes": 0, "sent_bytes": 0, "received_bytes": 0, "ratio": 0.0,
+                    "replicas": 0}
         pairs = [c.ledger.step_totals() for c in comps]
         sent = sum(s for s, _ in pairs) / len(pairs)
         dense = sum(d for _, d in pairs) / len(pairs)
+        received = sum(c.ledger.received_totals()[0] for c in comps) / len(comps)
         return {"dense_bytes": int(round(dense)), "sent_bytes": int(round(sent)),
+                "received_bytes": int(round(received)),
                 "ratio": dense / sent if sent else 0.0, "replicas": len(pairs)}
 
     def totals(self):
         """Cumulative bytes per replica (mean over this process's replicas)
-        and the number of exchanges: {"dense_bytes", "sent_bytes", "steps"}."""
+        and the number of exchanges: {"dense_bytes", "sent_bytes",
+        "received_bytes", "steps"}."""
         comps = [c for c in self.compressors if c.ledger is not None]
         if not comps:
-            return {"dense_bytes": 0, "sent_bytes": 0, "steps": 0}
+            return {"dense_bytes": 0, "sent_bytes": 0, "received_bytes": 0, "steps": 0}
         pairs = [c.ledger.running_totals() for c in comps]
         steps = [int(v.numpy()) for v in self.state.exchanges.values()]
+        received = sum(c.ledger.received_totals()[1] for c in comps) / len(comps)
         return {"dense_bytes": int(round(sum(d for _, d in pairs) / len(pairs))),
                 "sent_bytes": int(round(sum(s for s, _ in pairs) / len(pairs))),
+                "received_bytes": int(round(received)),
                 "steps": max(steps) if steps else 0}
 
     def byte_tensors(self):
@@ -559,10 +568,14 @@ class DeepReduceCollectiveOps(_DeepReduceState, cdo_lib.CollectiveAllReduce):
 
     def __init__(self, spec, devices, group_size, options, collective_keys=None,
                  canonicalize_devices=True, accounting=True, communicator=None, state=None,
-                 frames=None):
+                 frames=None, id_in_cluster=None):
         cdo_lib.CollectiveAllReduce.__init__(self, devices, group_size, options,
                                              collective_keys, canonicalize_devices)
         self._init_state(spec, accounting, communicator, state)
+        # This worker's place in the group (MultiWorkerMirroredStrategy's
+        # id_in_cluster): the global replica number of local replica r is
+        # id_in_cluster * len(devices) + r. None: unknown.
+        self._id_in_cluster = id_in_cluster
         # Frame capacities of the one-collective all-gather (transport.
         # CollectiveTransport), per (replica, exchange): shared by copies.
         self._frame_vars = frames if frames is not None else {}
@@ -586,7 +599,8 @@ class DeepReduceCollectiveOps(_DeepReduceState, cdo_lib.CollectiveAllReduce):
         return DeepReduceCollectiveOps(self._builder, self._devices, self._group_size,
                                        self._options, copy.deepcopy(self._collective_keys, memo),
                                        self._canonicalize_devices, communicator=self.communicator,
-                                       state=self.state, frames=self._frame_vars)
+                                       state=self.state, frames=self._frame_vars,
+                                       id_in_cluster=self._id_in_cluster)
 
     def _all_reduce(self, reduce_op, value, replica_id, options):
         flat = nest.flatten(value)
@@ -602,6 +616,8 @@ class DeepReduceCollectiveOps(_DeepReduceState, cdo_lib.CollectiveAllReduce):
                                             self._group_size, options,
                                             self._wire_counter(replica_id, device),
                                             frames=self._frames(replica_id, device))
+            if self._id_in_cluster is not None:
+                transport.first_rank = self._id_in_cluster * len(self._devices) + replica_id
             effects = [e for e in [self._count_exchange(replica_id, device)] if e is not None]
         if dense_ids:
             keys = _unique([_memory_key(i, n, flat[i]) for i in dense_ids])
@@ -639,7 +655,8 @@ def install(strategy, spec, accounting=True, communicator=None):
             "for MirroredStrategy pass cross_device_ops=DeepReduceCrossDeviceOps(params)")
     ops = DeepReduceCollectiveOps(spec, old._devices, old._group_size, old._options,  # pylint: disable=protected-access
                                   old._collective_keys, old._canonicalize_devices,  # pylint: disable=protected-access
-                                  accounting=accounting, communicator=communicator)
+                                  accounting=accounting, communicator=communicator,
+                                  id_in_cluster=getattr(ext, "_id_in_cluster", None))
     ext._cross_device_ops = ops  # pylint: disable=protected-access
     return ops
 

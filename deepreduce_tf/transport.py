@@ -119,6 +119,9 @@ class CollectiveTransport(Transport):
         self._options = options
         self._wire = wire_counter
         self._frames = frames
+        # The global replica number of this transport's replica, when the
+        # caller knows it (DeepReduceCollectiveOps sets it); None otherwise.
+        self.first_rank = None
 
     # capacity = longest payload (words) + 1/256 of it + 8 words: payload
     # sizes vary by a few bytes between steps (a wider margin is padding on

@@ -87,6 +87,12 @@ def main():
             losses.append(float(strategy.experimental_local_results(loss)[0]))
         weights = [v.numpy() for v in model.trainable_variables]
         batch_logs = []
+    lgc = getattr(ops.compressors[0], "lgc", None) if ops.compressors else None
+    lgc_state = {}
+    if lgc is not None:  # Learned Gradient Compression: its autoencoder and counts
+        lgc_state = {"lgc_weights": lgc.autoencoder.flat_weights().numpy(),
+                     "lgc_adam_t": int(lgc.autoencoder.adam_t.numpy()),
+                     "lgc_exchanges": [int(v.numpy()) for v in lgc.exchanges.values()]}
     step_bytes = ops.step_bytes()
     totals = ops.totals()
     np.savez(spec["out"], *weights, losses=np.array(losses),
@@ -94,7 +100,7 @@ def main():
              total_sent=totals["sent_bytes"], total_dense=totals["dense_bytes"],
              exchanges=totals["steps"], collective=ops.collective_bytes(),
              num_weights=len(weights),
-             batch_sent=np.array([r["sent_bytes"] for r in batch_logs], np.int64))
+             batch_sent=np.array([r["sent_bytes"] for r in batch_logs], np.int64), **lgc_state)
 
 
 if __name__ == "__main__":

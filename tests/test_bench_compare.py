@@ -290,7 +290,8 @@ def test_tf_exchange_counts_embedding_gradients_as_slices():
             expected += 4 * int(np.prod(v.shape))
     assert sum(isinstance(g, tf.IndexedSlices) for g in grads) == 4  # the embedding tables
     assert exchange.step_bytes()["sent_bytes"] == expected < variable_bytes
-    assert exchange.totals() == {"dense_bytes": 0, "sent_bytes": 0, "steps": 0}
+    assert exchange.totals() == {"dense_bytes": 0, "sent_bytes": 0, "received_bytes": 0,
+                                 "steps": 0}
 
 
 @pytest.mark.parametrize("size", [32, 56, 64])

@@ -331,6 +331,21 @@ def _run_workers(n, params, timeout=300, env=None, **spec):
             p.wait()
 
 
+@pytest.mark.parametrize("comm", ["lgc_ps", "lgc_rar"])
+def test_multi_worker_learned_gradient_compression(comm):
+    """Two workers through all three LGC phases: identical weights and
+    autoencoders (replica 0's broadcast at the first compressed exchange)."""
+    params = {"compressor": "topk", "compress_ratio": 0.05, "communicator": comm,
+              "lgc_warmup_steps": 2, "lgc_train_steps": 3, "lgc_channels": "4,8,16,32"}
+    results = _run_workers(2, params, mode="loop", steps=8)
+    _check_identical(results)
+    for r in results:
+        assert int(r["lgc_adam_t"]) == 3
+        assert list(r["lgc_exchanges"]) == [8]
+    np.testing.assert_array_equal(results[0]["lgc_weights"], results[1]["lgc_weights"])
+    assert all(np.isfinite(r["losses"]).all() for r in results)
+
+
 def _check_identical(results):
     nw = int(results[0]["num_weights"])
     for r in results[1:]:

@@ -30,7 +30,7 @@ METRIC_KEYS = (
     "examples_per_sec", "step_time_ms", "dense_bytes_per_step", "sent_bytes_per_step",
     "reduction", "compress_ms", "decompress_ms", "final_loss", "train_accuracy", "accuracy",
     "hit_rate", "ndcg", "codec_payload_bytes", "total_sent_bytes", "total_dense_bytes",
-    "train_time_s", "timed_steps", "step_time_median_ms")
+    "train_time_s", "timed_steps", "step_time_median_ms", "received_bytes_per_step")
 # A compressed run whose test accuracy trails the baseline's by more than this
 # many points (or twice the subset's standard error, if larger) gets a note.
 ACCURACY_GAP_POINTS = 1.0
@@ -148,6 +148,11 @@ def summary_table(results):
         ("sent bytes per step per replica (mean of the timed steps)",
          _fmt(m["sent_bytes_per_step"], ",.0f")),
         ("reduction (dense / sent bytes)", f"{_fmt(m['reduction'], ',.2f')}x"),
+    ]
+    if m.get("received_bytes_per_step") is not None:
+        rows.append(("received bytes per step per replica (from the others)",
+                     _fmt(m["received_bytes_per_step"], ",.0f")))
+    rows += [
         ("compress (ms per step, codec only)",
          codec_na if m["compress_ms"] is None else _fmt(m["compress_ms"], ",.1f")),
         (f"decompress (ms per step, codec only, {env['replicas']} payloads)",

@@ -159,13 +159,20 @@ class DenseExchange:
                 total += _nbytes(v.shape, v.dtype)
         self.dense_bytes = total
 
+    def _received(self, nbytes):
+        # TensorFlow's ring all-reduce delivers 2 (R - 1) / R of the vector
+        r = self.replicas
+        return 2 * (r - 1) * nbytes // r
+
     def totals(self):
         steps = int(self.optimizer.iterations.numpy())
         total = steps * self.dense_bytes
-        return {"dense_bytes": total, "sent_bytes": total, "steps": steps}
+        return {"dense_bytes": total, "sent_bytes": total,
+                "received_bytes": steps * self._received(self.dense_bytes), "steps": steps}
 
     def step_bytes(self):
-        return {"dense_bytes": self.dense_bytes, "sent_bytes": self.dense_bytes, "ratio": 1.0,
+        return {"dense_bytes": self.dense_bytes, "sent_bytes": self.dense_bytes,
+                "received_bytes": self._received(self.dense_bytes), "ratio": 1.0,
                 "replicas": self.replicas}
 
 
@@ -455,6 +462,7 @@ def _train(config, strategy, cluster, position, stream):
                             "wall_s": round(train_time, 4),
                             "sent_bytes": int(totals["sent_bytes"]),
                             "dense_bytes": int(totals["dense_bytes"]),
+                            "received_bytes": int(totals.get("received_bytes", 0)),
                             "loss": float(np.mean(losses[-display_every:])),
                             "accuracy": float(np.mean(accs[-display_every:]))})
         sb = ops.step_bytes()
@@ -479,6 +487,7 @@ def _train(config, strategy, cluster, position, stream):
     base = base or {"dense_bytes": 0, "sent_bytes": 0, "steps": 0}
     counted = max(timed_steps, 1)
     sent = (end["sent_bytes"] - base["sent_bytes"]) / counted
+    received = (end.get("received_bytes", 0) - base.get("received_bytes", 0)) / counted
     dense = (end["dense_bytes"] - base["dense_bytes"]) / counted
     step_time = float(np.mean(step_times)) if step_times else float("nan")
     window = max(1, min(max(display_every, math.ceil(total_steps / 10)), len(losses)))
@@ -506,6 +515,7 @@ def _train(config, strategy, cluster, position, stream):
         "step_time_ms": 1000.0 * step_time if step_times else None,
         "step_time_median_ms": 1000.0 * float(np.median(step_times)) if step_times else None,
         "dense_bytes_per_step": dense, "sent_bytes_per_step": sent,
+        "received_bytes_per_step": received,
         "reduction": dense / sent if sent else None,
         "compress_ms": compress_ms, "decompress_ms": decompress_ms,
         "codec_payload_bytes": codec_bytes,

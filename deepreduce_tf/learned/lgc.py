@@ -164,6 +164,10 @@ class _Lgc(communicators.Communicator):
                                                 comp.variable_factory,
                                                 identity_init=self.init == "identity")
                 state.exchanges = {}
+                # What the state was made for (0: not yet known): a fingerprint
+                # of the configuration and the model's buckets.
+                state.signature = comp.variable_factory(tf.constant(0, tf.int64),
+                                                        "lgc_signature")
             comp.lgc = state
         if state.autoencoder.num_decoders != (num_replicas if self.per_node_decoders else 1):
             raise ValueError(f"{self.name}: this autoencoder has "
@@ -247,10 +251,9 @@ class _Lgc(communicators.Communicator):
         if first is None:
             if len(transport.devices) != R:
                 raise NotImplementedError(
-                    f"{self.name} runs under MirroredStrategy (every replica in this process) "
-                    "in this release; under MultiWorkerMirroredStrategy a worker must know its "
-                    "global replica number, which this transport does not give yet "
-                    "(docs/lgc.md). Use communicator='allgather' across workers.")
+                    f"{self.name} needs every replica's global number, which this transport "
+                    "does not give: use deepreduce_tf.distribute.multi_worker_strategy() or "
+                    "install() across workers, DeepReduceCrossDeviceOps in one process")
             first = 0
         ranks = [first + d for d in range(len(transport.devices))]
         if self.leader >= R:
@@ -268,6 +271,8 @@ class _Lgc(communicators.Communicator):
                 plans.append(plan)
                 flats.append(plan.pack(tensors))
         plan = plans[0]
+        with tf.device(transport.reduce_device):
+            signed = self._check_signature(state, plan)
         sums = []
         for b, bucket in enumerate(plan.buckets):
             key = bucket.key
@@ -280,10 +285,26 @@ class _Lgc(communicators.Communicator):
                         nbytes = tf.size(f[b], out_type=tf.int64) * f[b].dtype.size
                         effects += comp.record(BucketContext(key, bucket, bucket.dtype, bucket.n,
                                                              bucket.nbytes, nbytes))
+                effects += self.record_reduced(transport, compressors, f"lgc/{key}", rests[0])
                 sums.append(guarded(total, *effects))
                 continue
             sums.append(self._bucket(transport, compressors, flats, b, bucket, ranks, state, ae))
-        return plan, sums
+        return plan, [guarded(s_, signed) for s_ in sums]
+
+    def _check_signature(self, state, plan):
+        """Adopts this model's signature on the first exchange; afterwards (a
+        restored checkpoint included) a different one is an error."""
+        sig = 1 + _fingerprint(self.name, sorted(self.config().items()),
+                               [(b.key, b.sparse_n, b.dense_n) for b in plan.buckets])
+        var = state.signature
+        with tf.control_dependencies(ensure_initialized([var])):
+            old = var.read_value()
+        ok = check(tf.logical_or(tf.equal(old, 0), tf.equal(old, sig)),
+                   f"{self.name}: the exchange state (autoencoder, phase) was restored from a "
+                   "checkpoint of another model or LGC configuration; restore this model's "
+                   "checkpoint, or start without one")
+        with tf.control_dependencies([c for c in (ok,) if c is not None]):
+            return var.assign(tf.constant(sig, tf.int64), read_value=False) or tf.no_op()
 
     def _bucket(self, transport, compressors, flats, b, bucket, ranks, state, ae):
         from deepreduce_tf.compressors import BucketContext
@@ -321,6 +342,7 @@ class _Lgc(communicators.Communicator):
                 else:
                     sent_a.append(tf.zeros([0], tf.uint8))
         received = transport.all_gather(sent_a, key=f"lgc/A/{key}")
+        everyone_a = tf.add_n([tf.size(p, out_type=tf.int64) for p in received])
         with tf.device(transport.reduce_device):
             positions, scale = self._read_leader(head, received[self.leader], bucket, k,
                                                  exchange, config)
@@ -333,7 +355,7 @@ class _Lgc(communicators.Communicator):
         first3 = tf.equal(exchange, self.warmup_steps + self.train_steps + 1)
         sync_bytes = self._sync_weights(transport, compressors, ranks, ae, first3, config, key)
         with tf.control_dependencies([sync_bytes]):
-            total, mine, sent_b, data = self._round_b(
+            total, mine, sent_b, received_b, data = self._round_b(
                 transport, compressors, values, ranks, ae, scale, phase3, exchange, config,
                 key, bucket, k)
         with tf.device(transport.reduce_device):
@@ -356,10 +378,18 @@ class _Lgc(communicators.Communicator):
                                                  keep=keep)
                 nbytes = (tf.size(sent_a[i], out_type=tf.int64) + sent_b[i]
                           + tf.size(rests[i][0], out_type=tf.int64) * bucket.dtype.size)
+                got = (everyone_a - tf.size(sent_a[i], out_type=tf.int64) + received_b[i]
+                       + 2 * (R - 1) * (tf.size(rests[i][0], out_type=tf.int64)
+                                        * bucket.dtype.size) // R)
                 if rank == 0:
                     nbytes += sync_bytes
+                else:
+                    got += sync_bytes
                 effects += [update] + comp.record(BucketContext(key, bucket, bucket.dtype,
                                                                 bucket.n, bucket.nbytes, nbytes))
+                if comp.ledger is not None:
+                    effects += [op for op in comp.ledger.record_received(f"lgc/{key}", got)
+                                if op is not None]
         effects += list(transport.effects)
         return guarded(out, *effects)
 
@@ -487,7 +517,7 @@ class LgcPS(_Lgc):
             with tf.device(transport.reduce_device):
                 decoded = [helpers[0].values.decompress(unpack(p, 1)[0], ctx) for p in got]
                 data = tf.stack(decoded) / scale
-            return decoded, payloads, data
+            return decoded, payloads, got, data
 
         def late():
             payloads, lctx, ictx = [], None, None
@@ -517,20 +547,22 @@ class LgcPS(_Lgc):
                     u = helpers[0].innovation.decompress(parts[j][1], ictx)
                     guess = self.guess(ae, z_leader, k, j) * scale
                     decoded.append(tf.where(tf.not_equal(u, 0.0), u, guess))
-            return decoded, payloads, tf.zeros([R, k])
+            return decoded, payloads, got, tf.zeros([R, k])
 
         def run(fn):
             def branch():
-                decoded, payloads, data = fn()
+                decoded, payloads, got, data = fn()
                 sizes = [tf.size(p, out_type=tf.int64) for p in payloads]
-                return tf.stack(decoded), tf.stack(sizes), data
+                everyone = tf.add_n([tf.size(p, out_type=tf.int64) for p in got])
+                return tf.stack(decoded), tf.stack(sizes), everyone - tf.stack(sizes), data
             return self._branch(transport, branch)
 
-        decoded, sizes, data = tf.cond(phase3, lambda: run(late), lambda: run(early))
+        decoded, sizes, received, data = tf.cond(phase3, lambda: run(late),
+                                                 lambda: run(early))
         with tf.device(transport.reduce_device):
             total = ordered_sum(tf.unstack(decoded))
         mine = [decoded[r] for r in ranks]
-        return total, mine, tf.unstack(sizes), data
+        return total, mine, tf.unstack(sizes), tf.unstack(received), data
 
 
 class LgcRAR(_Lgc):
@@ -582,7 +614,9 @@ class LgcRAR(_Lgc):
 
         total, mine, sizes, data = tf.cond(phase3, lambda: self._branch(transport, late),
                                            lambda: self._branch(transport, early))
-        return total, tf.unstack(mine), tf.unstack(sizes), data
+        r = transport.num_replicas
+        received = [2 * (r - 1) * s_ // r for s_ in tf.unstack(sizes)]  # a ring all-reduce
+        return total, tf.unstack(mine), tf.unstack(sizes), received, data
 
 
 for _cls in (LgcPS, LgcRAR):
