@@ -415,3 +415,20 @@ def test_a_state_made_for_another_model_is_refused():
     communicator.step(transport, comps, [[tf.ones([64, 64])]] * 2, ["w"])  # the same model: fine
     with pytest.raises(tf.errors.InvalidArgumentError, match="another model"):
         communicator.step(transport, comps, [[tf.ones([32, 64])]] * 2, ["v"])
+
+
+def test_the_weights_are_broadcast_once_whatever_the_number_of_buckets():
+    """Three fused buckets (bucket_cap_mb tiny): the first compressed exchange
+    carries the autoencoder once, with the first bucket."""
+    comps, communicator, transport = _group("lgc_ps", 2, bucket_cap_mb=0.02, memory="none")
+    step = tf.function(lambda g: communicator.step(transport, comps, g, ["a", "b", "c"]))
+    rng = np.random.default_rng(0)
+    sent = []
+    for _ in range(7):
+        step([[tf.constant(rng.normal(size=(64, 64)).astype(np.float32)) for _ in range(3)]
+              for _ in range(2)])
+        sent.append(comps[0].ledger.per_variable())
+    assert len(sent[0]) == 3  # three buckets
+    weights = 4 * comps[0].lgc.autoencoder.num_weights()
+    extra = {k: sent[5][k][0] - sent[6][k][0] for k in sent[6]}
+    assert sorted(v > weights for v in extra.values()) == [False, False, True]

@@ -124,6 +124,9 @@ def summary_table(results):
     if comp in ("topk", "randomk"):
         comp += f" {p.get('compress_ratio'):g}"
     compression = f"{comp}, deepreduce={mode}" + (f" ({', '.join(codecs)})" if codecs else "")
+    communicator = p.get("communicator") or "allgather"
+    if communicator != "allgather":
+        compression += f", communicator={communicator}"
     if c.get("exchange") == "tf":
         compression = "none: TensorFlow's own all-reduce (dense)"
     window = c.get("loss_window")

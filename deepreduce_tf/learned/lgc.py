@@ -288,7 +288,10 @@ class _Lgc(communicators.Communicator):
                 effects += self.record_reduced(transport, compressors, f"lgc/{key}", rests[0])
                 sums.append(guarded(total, *effects))
                 continue
-            sums.append(self._bucket(transport, compressors, flats, b, bucket, ranks, state, ae))
+            # The weights are broadcast once per exchange, with the first sparse bucket.
+            first = all(not x.sparse_n for x in plan.buckets[:b])
+            sums.append(self._bucket(transport, compressors, flats, b, bucket, ranks, state, ae,
+                                     broadcast=first))
         return plan, [guarded(s_, signed) for s_ in sums]
 
     def _check_signature(self, state, plan):
@@ -306,7 +309,8 @@ class _Lgc(communicators.Communicator):
         with tf.control_dependencies([c for c in (ok,) if c is not None]):
             return var.assign(tf.constant(sig, tf.int64), read_value=False) or tf.no_op()
 
-    def _bucket(self, transport, compressors, flats, b, bucket, ranks, state, ae):
+    def _bucket(self, transport, compressors, flats, b, bucket, ranks, state, ae,
+                broadcast=True):
         from deepreduce_tf.compressors import BucketContext
 
         R = transport.num_replicas
@@ -353,7 +357,11 @@ class _Lgc(communicators.Communicator):
         phase3 = exchange > self.warmup_steps + self.train_steps
         training = tf.logical_and(exchange > self.warmup_steps, tf.logical_not(phase3))
         first3 = tf.equal(exchange, self.warmup_steps + self.train_steps + 1)
-        sync_bytes = self._sync_weights(transport, compressors, ranks, ae, first3, config, key)
+        if broadcast:
+            sync_bytes = self._sync_weights(transport, compressors, ranks, ae, first3, config,
+                                            key)
+        else:
+            sync_bytes = tf.constant(0, tf.int64)
         with tf.control_dependencies([sync_bytes]):
             total, mine, sent_b, received_b, data = self._round_b(
                 transport, compressors, values, ranks, ae, scale, phase3, exchange, config,
