@@ -17,6 +17,17 @@ Part 2, the autoencoder's cost on this machine: one Adam step of the
 lgc_ps autoencoder (R decoders) and of lgc_rar's, and one encode + decode,
 on ResNet-20's k values, median of --repeats after 3 warm-up calls.
 
+Part 3 (--transfer_steps > 0), the autoencoder on gradients of another run:
+run A trains ResNet-20 on Fashion-MNIST (2 replicas, SGD, seed 0) through
+lgc_ps for --transfer_steps exchanges (10 warm-up, the rest training the
+autoencoder); run B trains another ResNet-20 (seed 1, other initial weights
+and batches) with plain averaging. From the last 10 steps of each run, the
+replicas' gradients at the leader's top-k positions (without residuals) are
+reconstructed by run A's autoencoder as the receivers would (leader's latent
+through node i's decoder, node i's innovation over it): relative error of
+the sum and mean relative error per node; also run A's autoencoder before
+training (the identity start: every node a copy of the leader) on run B.
+
 Prints the tables; absolute times depend on the load of the machine.
 """
 import os
@@ -31,6 +42,8 @@ flags.DEFINE_list("replicas", ["2", "4", "8"], "group sizes to measure")
 flags.DEFINE_integer("warmup", 2, "lgc_warmup_steps of the LGC rows")
 flags.DEFINE_integer("train", 3, "lgc_train_steps of the LGC rows")
 flags.DEFINE_integer("repeats", 20, "timed calls of part 2")
+flags.DEFINE_integer("transfer_steps", 0, "part 3: exchanges of run A (0: skip part 3)")
+flags.DEFINE_list("parts", ["bytes", "autoencoder", "transfer"], "which parts to run")
 FLAGS = flags.FLAGS
 
 BASE = {"compressor": "topk", "compress_ratio": 0.01, "deepreduce": "both",
@@ -142,10 +155,97 @@ def part_autoencoder(replicas):
                   f"{times['infer']:>27.1f}")
 
 
+def part_transfer(steps, replicas=2, capture=10):
+    import numpy as np
+    import tensorflow as tf
+
+    import deepreduce_tf as dr
+    from deepreduce_tf import data as drdata
+    from deepreduce_tf import models
+    from deepreduce_tf.learned.autoencoder import Autoencoder
+    from deepreduce_tf.memory import default_variable_factory
+    from deepreduce_tf.transport import LocalTransport
+
+    ds = drdata.load_fashion_mnist("train", limit=20000)
+    images = drdata.to_resnet_input(ds.images)
+    labels = ds.labels.astype("int64")
+    params = dict(BASE, value="fp16", communicator="lgc_ps", lgc_warmup_steps=10,
+                  lgc_train_steps=steps - 10)
+
+    def train(seed, lgc):
+        tf.keras.utils.set_random_seed(seed)
+        model = models.resnet20()
+        keys = [f"{i}/{v.name}" for i, v in enumerate(model.trainable_variables)]
+        opt = tf.keras.optimizers.SGD(0.05, momentum=0.9)
+        comps = [dr.from_params(params) for _ in range(replicas)]
+        comm = comps[0].communicator
+        transport = LocalTransport(["/cpu:0"] * replicas)
+
+        def grads_of(x, y):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(
+                    y, model(x, training=True), from_logits=True))
+            return tape.gradient(loss, model.trainable_variables)
+
+        @tf.function
+        def step(xs, ys):
+            grads = [grads_of(xs[r], ys[r]) for r in range(replicas)]
+            if lgc:
+                summed = comm.step(transport, comps, grads, keys)[0]
+            else:
+                summed = [tf.add_n(list(g)) for g in zip(*grads)]
+            opt.apply_gradients(zip([g / replicas for g in summed], model.trainable_variables))
+            return grads
+
+        rng = np.random.default_rng(seed)
+        captured = []
+        for t in range(steps):
+            idx = rng.integers(0, len(labels), size=(replicas, 32))
+            grads = step(tf.constant(images[idx]), tf.constant(labels[idx]))
+            if t >= steps - capture:
+                plan = comps[0].plan(keys, grads[0])
+                captured.append([plan.pack(list(g))[0][:plan.buckets[0].sparse_n].numpy()
+                                 for g in grads])
+        return comps, comm, plan, captured
+
+    def errors(comm, ae, plan, captured):
+        bucket = plan.buckets[0]
+        sp = dr.from_params(params).sparsifier
+        out_sum, out_node = [], []
+        for flats in captured:
+            pos = sp.select_segments(tf.constant(flats[0]), bucket.lengths, 0).numpy()
+            v = np.stack([f[pos] for f in flats])
+            s = np.sqrt(np.mean(v[0] ** 2))
+            rec = comm.reconstruct(ae, tf.constant(v / s, tf.float32), len(pos)).numpy() * s
+            out_sum.append(np.sum((rec.sum(0) - v.sum(0)) ** 2) / np.sum(v.sum(0) ** 2))
+            out_node.append(np.mean(np.sum((rec - v) ** 2, 1) / np.sum(v ** 2, 1)))
+        return float(np.mean(out_sum)), float(np.mean(out_node))
+
+    comps, comm, plan_a, own = train(0, True)
+    _, _, plan_b, other = train(1, False)
+    ae = comps[0].lgc.autoencoder
+    fresh = Autoencoder(comm.ae_kind, replicas, comm.channels, comm.latent_channels, comm.lr, 0,
+                        default_variable_factory, identity_init=True)
+    print(f"\nPart 3: lgc_ps's autoencoder after {steps - 10} training exchanges (ResNet-20, "
+          f"Fashion-MNIST, {replicas} replicas); last {capture} steps of each run")
+    print(f"{'autoencoder':<34} {'gradients':<22} | {'sum rel. error':>14} | "
+          f"{'node rel. error':>15}")
+    for label, a, plan, cap, which in (("trained in run A", ae, plan_a, own, "run A (its own)"),
+                                       ("trained in run A", ae, plan_b, other, "run B (another)"),
+                                       ("untrained (identity start)", fresh, plan_b, other,
+                                        "run B (another)")):
+        e_sum, e_node = errors(comm, a, plan, cap)
+        print(f"{label:<34} {which:<22} | {e_sum:>14.3f} | {e_node:>15.3f}")
+
+
 def main(_):
     replicas = [int(r) for r in FLAGS.replicas]
-    part_bytes(replicas)
-    part_autoencoder(replicas)
+    if "bytes" in FLAGS.parts:
+        part_bytes(replicas)
+    if "autoencoder" in FLAGS.parts:
+        part_autoencoder(replicas)
+    if FLAGS.transfer_steps and "transfer" in FLAGS.parts:
+        part_transfer(FLAGS.transfer_steps)
 
 
 if __name__ == "__main__":

@@ -468,13 +468,7 @@ class LgcPS(_Lgc):
         0.5 mean_{i != j} MSE(z_i, z_j), v^_i decoded from the leader's latent
         with node i's innovation written over it."""
         z = ae.encode(data)
-        recon = []
-        for i in range(ae.num_decoders):
-            own = ae.decode(z[i:i + 1], k, i)[0]
-            mask = self._innovation_mask(data[i], own, k)
-            from_leader = self.guess(ae, z[self.leader], k, i)
-            recon.append(tf.where(mask, data[i], from_leader))
-        recon = tf.stack(recon)
+        recon = self.reconstruct(ae, data, k, z)
         rec = tf.reduce_mean(tf.square(recon - data))
         R = ae.num_decoders
         if R > 1:
@@ -483,6 +477,18 @@ class LgcPS(_Lgc):
         else:
             pull = tf.constant(0.0)
         return 0.5 * rec + 0.5 * pull
+
+    def reconstruct(self, ae, data, k, z=None):
+        """What the receivers decode of every node, data [R, k] (values / s)
+        -> [R, k]: the leader's latent through node i's decoder, node i's
+        innovation written over it (phase 3 without the value codecs)."""
+        z = ae.encode(data) if z is None else z
+        recon = []
+        for i in range(ae.num_decoders):
+            own = ae.decode(z[i:i + 1], k, i)[0]
+            mask = self._innovation_mask(data[i], own, k)
+            recon.append(tf.where(mask, data[i], self.guess(ae, z[self.leader], k, i)))
+        return tf.stack(recon)
 
     def guess(self, ae, z_leader, k, node):
         """Node `node`'s values / s as decoded from the leader's latent."""
