@@ -9,6 +9,13 @@ log them (summary()).
 import tensorflow as tf
 
 
+def ring_received(nbytes, replicas):
+    """Bytes a ring all-reduce of an nbytes vector delivers to each of
+    `replicas` replicas: 2 (R - 1) / R of it (reduce-scatter, then
+    all-gather). An int or an int64 tensor, as nbytes."""
+    return 2 * (replicas - 1) * nbytes // replicas
+
+
 class ByteLedger(tf.Module):
     """Per-variable byte counters, created lazily."""
 

@@ -34,6 +34,7 @@ import tensorflow as tf
 
 from deepreduce_tf import fusion
 from deepreduce_tf._checks import guarded
+from deepreduce_tf.accounting import ring_received
 from deepreduce_tf.memory import Sent
 from deepreduce_tf.transport import LocalTransport, ordered_sum
 
@@ -99,8 +100,8 @@ class Communicator(abc.ABC):
             ctx = ctx or c
         received = transport.all_gather(payloads, key=f"slices/{key}")
         with tf.device(transport.reduce_device):
-            effects = list(effects) + self.record_received(transport, compressors,
-                                                           f"slices/{key}", received, payloads)
+            effects = list(effects) + self.record_received(compressors, f"slices/{key}",
+                                                           received, payloads)
             parts = [compressors[0].decompress_slices(p, ctx) for p in received]
             total = tf.IndexedSlices(tf.concat([p.values for p in parts], 0),
                                      tf.concat([p.indices for p in parts], 0),
@@ -112,7 +113,7 @@ class Communicator(abc.ABC):
         return transport.replicate(total)
 
     @staticmethod
-    def record_received(transport, compressors, key, received, sent):
+    def record_received(compressors, key, received, sent):
         """Records, for each replica of this call, the bytes of the gathered
         payloads `received` that came from the others (all of them but its
         own `sent[d]`). Returns the ledger ops."""
@@ -133,7 +134,7 @@ class Communicator(abc.ABC):
         ops = []
         for comp in compressors:
             if comp.ledger is not None:
-                ops += comp.ledger.record_received(key, 2 * (r - 1) * nbytes // r)
+                ops += comp.ledger.record_received(key, ring_received(nbytes, r))
         return [op for op in ops if op is not None]
 
     def __repr__(self):
@@ -154,7 +155,7 @@ class Allgather(Communicator):
         received = transport.all_gather(payloads, key=key)
         decoder = compressors[0]  # decoding needs the configuration only, no state
         with tf.device(transport.reduce_device):
-            ops = self.record_received(transport, compressors, key, received, payloads)
+            ops = self.record_received(compressors, key, received, payloads)
             sums = decoder.decompress_batch_sum(received, ctx)
             sums = [guarded(s_, *ops) for s_ in sums]
         return ctx.plan, sums

@@ -428,6 +428,25 @@ class Compressor(tf.Module):
                       positions)
         return ctx, self.record(ctx)
 
+    def receiver_context(self, name, shape, dtype):
+        """The Context with which a worker that did not compress the tensor
+        `name` of this shape and dtype decodes another worker's payload of it
+        (what compress() would have returned there, less the payload size)."""
+        shape = tf.TensorShape(shape)
+        dtype = tf.as_dtype(dtype)
+        n = shape.num_elements()
+        return Context(self._key(name), shape, dtype, n, n < self.min_size, n * dtype.size,
+                       None, None)
+
+    def receiver_batch_context(self, specs, names=None):
+        """The BatchContext with which a worker that did not compress a batch
+        of tensors (tf.TensorSpec-like: .shape, .dtype) decodes another
+        worker's compress_batch() payload of them."""
+        keys = self._batch_keys(specs, names)
+        plan = self.plan(keys, specs)
+        return BatchContext(plan, tuple(BucketContext(b.key, b, b.dtype, b.n, b.nbytes, None)
+                                        for b in plan.buckets))
+
     def identity(self, key, shape):
         """The config field of key's payloads (see the module docstring):
         equal on every worker with this configuration, different for

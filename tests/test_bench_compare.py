@@ -111,6 +111,10 @@ def test_every_preset_is_a_valid_single_run():
         "bloom_polyfit": {"compressor": "topk", "memory": "residual", "deepreduce": "both",
                           "index": "bloom", "fpr": 0.001, "policy": "conflict_sets",
                           "value": "polyfit"},
+        "lgc_ps": {"compressor": "topk", "communicator": "lgc_ps", "index": "golomb",
+                   "value": "fp16", "lgc_warmup_steps": 100, "lgc_train_steps": 200},
+        "lgc_rar": {"compressor": "topk", "communicator": "lgc_rar", "index": "golomb",
+                    "value": "fp16", "lgc_warmup_steps": 100, "lgc_train_steps": 200},
     }
     for name, want in expected.items():
         config = resolve(compare.preset_args(name, fv))
@@ -138,7 +142,7 @@ def test_unknown_preset_is_one_usage_line(tmp_path):
     assert code == 1
     lines = [line for line in err.splitlines() if line.strip()]
     assert lines == ["deepreduce-bench: error: --compare: unknown preset 'zip'; valid presets: "
-                     "uncompressed, topk, golomb_qsgd, bloom_polyfit, flags"]
+                     "uncompressed, topk, golomb_qsgd, bloom_polyfit, lgc_ps, lgc_rar, flags"]
     assert not (tmp_path / "deepreduce_bench").exists()
 
 

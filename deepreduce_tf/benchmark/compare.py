@@ -49,6 +49,15 @@ PRESETS = collections.OrderedDict((p.name, p) for p in (
            "indices (fpr 0.001, conflict_sets policy) + polyfit values",
            _TOPK + ("--deepreduce=both", "--index=bloom", "--fpr=0.001",
                     "--policy=conflict_sets", "--value=polyfit")),
+    Preset("lgc_ps", "Learned Gradient Compression, parameter-server variant (docs/lgc.md): "
+           "top-k 1 % + residual, golomb positions of the leader, fp16 values and latents; "
+           "100 warm-up and 200 autoencoder-training exchanges, then compressed",
+           _TOPK + ("--communicator=lgc_ps", "--deepreduce=both", "--index=golomb",
+                    "--value=fp16", "--lgc_warmup_steps=100", "--lgc_train_steps=200")),
+    Preset("lgc_rar", "Learned Gradient Compression, ring-allreduce variant: as lgc_ps, "
+           "the latents summed by an all-reduce through a linear autoencoder",
+           _TOPK + ("--communicator=lgc_rar", "--deepreduce=both", "--index=golomb",
+                    "--value=fp16", "--lgc_warmup_steps=100", "--lgc_train_steps=200")),
     Preset("flags", "the configuration of this command line's compression flags "
            "(--compressor, --index, --value, ...)", None),
 ))

@@ -160,9 +160,9 @@ class DenseExchange:
         self.dense_bytes = total
 
     def _received(self, nbytes):
-        # TensorFlow's ring all-reduce delivers 2 (R - 1) / R of the vector
-        r = self.replicas
-        return 2 * (r - 1) * nbytes // r
+        from deepreduce_tf.accounting import ring_received  # TensorFlow's all-reduce: a ring
+
+        return ring_received(nbytes, self.replicas)
 
     def totals(self):
         steps = int(self.optimizer.iterations.numpy())

@@ -38,6 +38,7 @@ import tensorflow as tf
 
 from deepreduce_tf import communicators
 from deepreduce_tf._checks import check, guarded
+from deepreduce_tf.accounting import ring_received
 from deepreduce_tf.codecs.base import Param
 from deepreduce_tf.learned.autoencoder import (Autoencoder, latent_length, parse_channels,
                                                polyphase_init)
@@ -387,8 +388,8 @@ class _Lgc(communicators.Communicator):
                 nbytes = (tf.size(sent_a[i], out_type=tf.int64) + sent_b[i]
                           + tf.size(rests[i][0], out_type=tf.int64) * bucket.dtype.size)
                 got = (everyone_a - tf.size(sent_a[i], out_type=tf.int64) + received_b[i]
-                       + 2 * (R - 1) * (tf.size(rests[i][0], out_type=tf.int64)
-                                        * bucket.dtype.size) // R)
+                       + ring_received(tf.size(rests[i][0], out_type=tf.int64)
+                                       * bucket.dtype.size, R))
                 if rank == 0:
                     nbytes += sync_bytes
                 else:
@@ -550,8 +551,9 @@ class LgcPS(_Lgc):
                     else:
                         lp = tf.zeros([0], tf.uint8)
                     payloads.append(pack([lp, ip], 3))
-            if lctx is None:  # the leader is elsewhere: decode its latent as it encoded it
-                _, lctx = helpers[0].values.compress(tf.zeros([lat_n]), f"lgc/{key}/latent")
+            if lctx is None:  # the leader is in another process
+                lctx = helpers[0].values.receiver_context(f"lgc/{key}/latent", [lat_n],
+                                                          tf.float32)
             got = transport.all_gather(payloads, key=f"lgc/B3/{key}")
             with tf.device(transport.reduce_device):
                 parts = [unpack(p, 3) for p in got]
@@ -629,7 +631,7 @@ class LgcRAR(_Lgc):
         total, mine, sizes, data = tf.cond(phase3, lambda: self._branch(transport, late),
                                            lambda: self._branch(transport, early))
         r = transport.num_replicas
-        received = [2 * (r - 1) * s_ // r for s_ in tf.unstack(sizes)]  # a ring all-reduce
+        received = [ring_received(s_, r) for s_ in tf.unstack(sizes)]
         return total, tf.unstack(mine), tf.unstack(sizes), received, data
 
 
