@@ -211,6 +211,8 @@ setup(
         "gpu": ["tensorflow[and-cuda]==2.21.*"],
         # deepreduce-plot / deepreduce-bench --plot
         "plot": ["matplotlib==3.11.2"],
+        # deepreduce_tf.federated's Flower strategy and client mod (simulation: Ray)
+        "federated": ["flwr[simulation]==1.41.0"],
     },
     entry_points={
         "console_scripts": [

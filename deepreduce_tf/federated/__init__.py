@@ -1,0 +1,26 @@
+"""Federated learning with DeepReduce compression in both directions (docs/federated.md).
+
+    from deepreduce_tf.federated import DeepReduceStrategy, deepreduce_mod
+
+DeepReduceStrategy wraps a Flower server strategy (FedAvg, FedProx, FedAdam,
+...) and deepreduce_mod is the matching Flower client mod; both need the
+optional extra `pip install deepreduce_tf[federated]` (flwr[simulation]).
+ModelCodec (a whole model's update <-> one checked payload, with error
+feedback) needs only TensorFlow.
+"""
+from deepreduce_tf.federated.codec import ModelCodec, PayloadError, model_crc
+
+_FLOWER = ("DeepReduceStrategy", "deepreduce_mod")
+__all__ = ["ModelCodec", "PayloadError", "model_crc", *_FLOWER]
+
+
+def __getattr__(name):
+    if name in _FLOWER:
+        try:
+            from deepreduce_tf.federated import flower
+        except ImportError as e:
+            raise ImportError(f"deepreduce_tf.federated.{name} needs Flower ({e}): install the "
+                              "extra, pip install 'deepreduce_tf[federated]' "
+                              "(flwr[simulation]==1.41.0)") from e
+        return getattr(flower, name)
+    raise AttributeError(f"module 'deepreduce_tf.federated' has no attribute {name!r}")

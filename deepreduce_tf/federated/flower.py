@@ -1,0 +1,404 @@
+"""DeepReduce compression for Flower: one change on each side.
+
+Server (ServerApp):
+
+    strategy = DeepReduceStrategy(FedAvg(fraction_train=0.1),
+                                  params={'compressor': 'topk', 'compress_ratio': 0.1,
+                                          'deepreduce': 'both', 'index': 'bloom',
+                                          'policy': 'p0', 'value': 'qsgd'})
+    result = strategy.start(grid, initial_arrays=ArrayRecord(model.get_weights()), ...)
+
+Client (ClientApp): ClientApp(mods=[deepreduce_mod]); the train/evaluate
+functions are unchanged (they get and return the model's dense arrays).
+
+The protocol (docs/federated.md):
+
+* Downlink. The server keeps x^, the model every client can rebuild. When
+  the model to send, x, changed, it compresses x - x^ (server_params) into a
+  *version* v and sets x^ <- x^ + D(payload): the difference still unsent
+  stays in x - x^, the server's error feedback. A sampled node that holds
+  version b gets the payloads b+1..v (a chain), or the dense x^ when it
+  holds none or the chain would be larger. Each message carries the
+  version, the CRC of x^ and both configurations; the client rebuilds x^,
+  checks the CRC and keeps x^ and v in its node state (context.state), which
+  Flower keeps across rounds.
+* Uplink. The client trains from x^ and sends the compressed
+  update Delta = w_local - x^ plus its residual (params; the residual also
+  lives in the node state). The server decodes it, refusing a payload that is
+  oversized, malformed, made for another model or configuration, non-finite,
+  or relative to another version (logged, listed in `rejected`, left out of
+  the round), and hands the wrapped strategy x + D(payload) as that client's
+  model: FedAvg then averages exactly as without compression.
+
+Every message's bytes are counted per round and direction (`rounds`,
+`totals()`), next to what FedAvg would send (the model's dense bytes per
+message). Payloads travel as Flower Array data of stype 'deepreduce'.
+"""
+import json
+import logging
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
+from flwr.serverapp.strategy import Strategy
+
+from deepreduce_tf.federated.codec import (ModelCodec, PayloadError, canonical_params,
+                                           model_crc)
+
+logger = logging.getLogger("deepreduce_tf.federated")
+
+STYPE = "deepreduce"
+CONFIG_KEY = "deepreduce"
+STATE_KEY = "deepreduce"
+PAYLOAD_KEY = "payload"
+PROTOCOL = 1
+_STATE_MODEL, _STATE_RESIDUAL = "deepreduce.model", "deepreduce.residual"
+
+
+def _payload_array(payload):
+    return Array(dtype="uint8", shape=(len(payload),), stype=STYPE, data=bytes(payload))
+
+
+def _record_bytes(record):
+    return sum(len(a.data) for a in record.values())
+
+
+def _arrays(record):
+    """An ArrayRecord of numpy arrays -> (names, arrays)."""
+    names = list(record.keys())
+    return names, [record[n].numpy() for n in names]
+
+
+def _dense_record(names, arrays):
+    return ArrayRecord({n: Array(a) for n, a in zip(names, arrays)})
+
+
+def _without(content, key):
+    """A new RecordDict: content without `key`."""
+    return RecordDict({k: v for k, v in content.items() if k != key})
+
+
+class _Codecs:
+    """ModelCodecs per (configuration, model), shared by the messages of a
+    process (a client's codec outlives the ClientApp object)."""
+
+    def __init__(self, size=8):
+        self._cache, self._size = {}, size
+
+    def get(self, params_json, names, arrays):
+        key = (params_json, tuple(names), tuple((a.shape, a.dtype.str) for a in arrays))
+        codec = self._cache.pop(key, None)
+        if codec is None:
+            codec = ModelCodec.for_arrays(json.loads(params_json), names, arrays)
+        self._cache[key] = codec
+        while len(self._cache) > self._size:
+            self._cache.pop(next(iter(self._cache)))
+        return codec
+
+
+_CLIENT_CODECS = _Codecs()
+
+
+class DeepReduceStrategy(Strategy):
+    """Wraps a Flower strategy (FedAvg, FedProx, FedAdam, ...): compresses
+    what it sends to clients and decodes what they send back.
+
+    Args:
+      strategy: the wrapped flwr.serverapp.strategy.Strategy; it samples,
+        aggregates and evaluates as without compression.
+      params: the clients' from_params configuration (uplink). 'memory':
+        'residual' (default) keeps each client's residual, 'none' does not.
+      server_params: the server's configuration (downlink) [params]; None
+        with downlink=False sends the model dense.
+      downlink: compress the server's messages [True].
+    """
+
+    def __init__(self, strategy, params, server_params=None, downlink=True):
+        if not isinstance(strategy, Strategy):
+            raise TypeError("DeepReduceStrategy wraps a flwr.serverapp.strategy.Strategy, got "
+                            f"{type(strategy).__name__}")
+        self.strategy = strategy
+        self.params_json = canonical_params(params)
+        self.server_params_json = (canonical_params(server_params if server_params is not None
+                                                    else params) if downlink else None)
+        ModelCodec.check_params(json.loads(self.params_json))
+        if self.server_params_json:
+            ModelCodec.check_params(json.loads(self.server_params_json))
+        self.arrays_key = getattr(strategy, "arrayrecord_key", "arrays")
+        self.rounds = []      # one dict per round: bytes per direction
+        self.rejected = []    # (round, node id, reason)
+        self._names = None
+        self._model_hat = None   # x^: what every client can rebuild
+        self._source = None      # x when x^ was last updated
+        self._versions = {}      # version -> payload bytes (the chain still kept)
+        self._version = 0
+        self._synced = {}        # node id -> the version it holds
+        self._server_codec = self._client_codec = None
+
+    # ------------------------------------------------------------ downlink
+    def _row(self, server_round):
+        if not self.rounds or self.rounds[-1]["round"] != server_round:
+            self.rounds.append({"round": server_round, "down_messages": 0, "down_bytes": 0,
+                                "up_messages": 0, "up_bytes": 0, "rejected": 0,
+                                "dense_bytes": self._codec_dense()})
+        return self.rounds[-1]
+
+    def _codec_dense(self):
+        return self._client_codec.dense_bytes if self._client_codec else 0
+
+    def _broadcast(self, arrays):
+        """Makes a new version if the model to send changed."""
+        names, x = _arrays(arrays)
+        if self._names is None:
+            self._names = names
+            self._client_codec = ModelCodec.for_arrays(json.loads(self.params_json), names, x)
+            if self.server_params_json:
+                self._server_codec = ModelCodec.for_arrays(
+                    json.loads(self.server_params_json), names, x)
+            self._model_hat = [a.copy() for a in x]
+            self._source = [a.copy() for a in x]
+            return
+        if names != self._names:
+            raise ValueError(f"the model's arrays changed names: {self._names} -> {names}")
+        self._client_codec.check_arrays(x, "the strategy's model")
+        if all(np.array_equal(a, b) for a, b in zip(x, self._source)):
+            return
+        self._source = [a.copy() for a in x]
+        self._version += 1
+        if self._server_codec is None:
+            self._model_hat = [a.copy() for a in x]
+            return
+        payload, decoded, _ = self._server_codec.encode(
+            [a - b for a, b in zip(x, self._model_hat)])
+        self._model_hat = [a + d for a, d in zip(self._model_hat, decoded)]
+        self._versions[self._version] = payload
+        # Keep only the versions a chain cheaper than the dense model can use.
+        total, dense = 0, self._client_codec.dense_bytes
+        for v in sorted(self._versions, reverse=True):
+            total += len(self._versions[v])
+            if total > dense:
+                for old in [u for u in self._versions if u <= v]:
+                    del self._versions[old]
+                break
+
+    def _message_for(self, msg, server_round):
+        """msg (from the wrapped strategy) with the compressed model."""
+        node = msg.metadata.dst_node_id
+        held = self._synced.get(node)
+        chain = None
+        if (self._server_codec is not None and held is not None and held < self._version
+                and all(v in self._versions for v in range(held + 1, self._version + 1))):
+            chain = [self._versions[v] for v in range(held + 1, self._version + 1)]
+        elif self._server_codec is not None and held == self._version:
+            chain = []
+        if chain is not None:
+            record = ArrayRecord({f"{PAYLOAD_KEY}.{i}": _payload_array(p)
+                                  for i, p in enumerate(chain)})
+            base, nbytes = held, sum(len(p) for p in chain)
+        else:
+            record = _dense_record(self._names, self._model_hat)
+            base, nbytes = -1, self._client_codec.dense_bytes
+        content = _without(msg.content, self.arrays_key)
+        content[self.arrays_key] = record
+        content[CONFIG_KEY] = ConfigRecord({
+            "protocol": PROTOCOL, "version": self._version, "base": base,
+            "crc": model_crc(self._model_hat), "arrays_key": self.arrays_key,
+            "names": json.dumps(self._names), "params": self.params_json,
+            "server_params": self.server_params_json or ""})
+        msg.content = content
+        row = self._row(server_round)
+        row["down_messages"] += 1
+        row["down_bytes"] += nbytes
+        return msg
+
+    def _configure(self, messages, arrays, server_round):
+        self._broadcast(arrays)
+        return [self._message_for(m, server_round) for m in messages]
+
+    def configure_train(self, server_round, arrays, config, grid):
+        messages = list(self.strategy.configure_train(server_round, arrays, config, grid))
+        return self._configure(messages, arrays, server_round)
+
+    def configure_evaluate(self, server_round, arrays, config, grid):
+        messages = list(self.strategy.configure_evaluate(server_round, arrays, config, grid))
+        return self._configure(messages, arrays, server_round)
+
+    # -------------------------------------------------------------- uplink
+    def _note_version(self, msg):
+        cfg = msg.content.config_records.get(CONFIG_KEY)
+        node = msg.metadata.src_node_id
+        version = cfg.get("version") if cfg is not None else None
+        if isinstance(version, int) and 0 <= version <= self._version:
+            self._synced[node] = version
+        else:
+            self._synced.pop(node, None)
+
+    def _reject(self, server_round, node, reason):
+        logger.warning("round %s: rejected the update of node %s: %s", server_round, node,
+                       reason)
+        self.rejected.append((server_round, node, reason))
+        self._row(server_round)["rejected"] += 1
+
+    def _decode_reply(self, msg):
+        """A train reply -> the client's model (x + D(payload)); raises
+        PayloadError."""
+        content = msg.content
+        cfg = content.config_records.get(CONFIG_KEY)
+        if cfg is None:
+            raise PayloadError("the reply carries no deepreduce record: is the client's "
+                               "ClientApp built with mods=[deepreduce_mod]?")
+        if cfg.get("version") != self._version:
+            raise PayloadError(f"the update is relative to model version {cfg.get('version')!r}"
+                               f", this round's is {self._version}")
+        records = content.array_records
+        if list(records.keys()) != [self.arrays_key]:
+            raise PayloadError(f"expected one ArrayRecord {self.arrays_key!r}, got "
+                               f"{list(records.keys())}")
+        record = records[self.arrays_key]
+        if list(record.keys()) != [PAYLOAD_KEY]:
+            raise PayloadError(f"expected one array {PAYLOAD_KEY!r}, got {list(record.keys())}")
+        array = record[PAYLOAD_KEY]
+        if array.stype != STYPE or array.dtype != "uint8":
+            raise PayloadError(f"the payload array has stype {array.stype!r} and dtype "
+                               f"{array.dtype!r}, expected {STYPE!r} and 'uint8'")
+        delta = self._client_codec.decode(array.data)
+        return len(array.data), [x + d for x, d in zip(self._source, delta)]
+
+    def aggregate_train(self, server_round, replies):
+        kept = []
+        row = self._row(server_round)
+        for msg in replies:
+            if msg.has_error():
+                self._synced.pop(msg.metadata.src_node_id, None)
+                kept.append(msg)
+                continue
+            node = msg.metadata.src_node_id
+            self._note_version(msg)
+            try:
+                nbytes, model = self._decode_reply(msg)
+            except PayloadError as e:
+                self._reject(server_round, node, str(e))
+                continue
+            row["up_messages"] += 1
+            row["up_bytes"] += nbytes
+            content = _without(_without(msg.content, CONFIG_KEY), self.arrays_key)
+            content[self.arrays_key] = _dense_record(self._names, model)
+            msg.content = content
+            kept.append(msg)
+        return self.strategy.aggregate_train(server_round, kept)
+
+    def aggregate_evaluate(self, server_round, replies):
+        kept = []
+        for msg in replies:
+            if msg.has_error():
+                self._synced.pop(msg.metadata.src_node_id, None)
+            else:
+                self._note_version(msg)
+                msg.content = _without(msg.content, CONFIG_KEY)
+            kept.append(msg)
+        return self.strategy.aggregate_evaluate(server_round, kept)
+
+    def summary(self):
+        self.strategy.summary()
+        logger.info("DeepReduce: uplink %s; downlink %s", self.params_json,
+                    self.server_params_json or "dense")
+
+    # ---------------------------------------------------------- accounting
+    def totals(self):
+        """Bytes per direction over all rounds, and FedAvg's for the same
+        messages (the dense model each way)."""
+        down = sum(r["down_bytes"] for r in self.rounds)
+        up = sum(r["up_bytes"] for r in self.rounds)
+        dense = self._codec_dense()
+        fed_down = dense * sum(r["down_messages"] for r in self.rounds)
+        fed_up = dense * sum(r["up_messages"] for r in self.rounds)
+        return {"down_bytes": down, "up_bytes": up, "fedavg_down_bytes": fed_down,
+                "fedavg_up_bytes": fed_up,
+                "down_ratio": down / fed_down if fed_down else None,
+                "up_ratio": up / fed_up if fed_up else None,
+                "total_ratio": (down + up) / (fed_down + fed_up) if fed_down + fed_up else None,
+                "rejected": len(self.rejected)}
+
+    @property
+    def model_hat(self):
+        """x^: the model the clients rebuild (numpy arrays)."""
+        return self._model_hat
+
+
+# ---------------------------------------------------------------- client
+def _state_arrays(state, key):
+    record = state.array_records.get(key) if key in state else None
+    return None if record is None else _arrays(record)
+
+
+def _rebuild(cfg, record, state):
+    """The server's x^ from a message (dense or a chain over the node's
+    stored model). Raises ValueError saying why not."""
+    names = json.loads(cfg["names"])
+    base = cfg["base"]
+    if base < 0:
+        got, model = _arrays(record)
+        if got != names:
+            raise ValueError(f"the dense model's arrays are {got}, the message names {names}")
+        return names, model
+    stored = _state_arrays(state, _STATE_MODEL)
+    held = state.config_records[STATE_KEY]["version"] if STATE_KEY in state else None
+    if stored is None or held != base:
+        raise ValueError(f"the server sent the model as changes from version {base}, but this "
+                         f"node holds {held!r}: its state was lost; the server sends the "
+                         "whole model next time")
+    model = stored[1]
+    codec = _CLIENT_CODECS.get(cfg["server_params"], names, model)
+    for i in range(len(record)):
+        array = record[f"{PAYLOAD_KEY}.{i}"]
+        if array.stype != STYPE:
+            raise ValueError(f"payload {i} has stype {array.stype!r}, expected {STYPE!r}")
+        delta = codec.decode(array.data)
+        model = [a + d for a, d in zip(model, delta)]
+    return names, model
+
+
+def deepreduce_mod(msg, context, call_next):
+    """Flower client mod: rebuilds the server's model from a DeepReduce
+    message, runs the ClientApp's function on the dense model, and sends its
+    trained model back as a compressed update with error feedback. Messages
+    without a DeepReduce record pass through unchanged."""
+    content = msg.content
+    cfg = content.config_records.get(CONFIG_KEY) if msg.has_content() else None
+    if cfg is None:
+        return call_next(msg, context)
+    if cfg.get("protocol") != PROTOCOL:
+        raise ValueError(f"the server speaks DeepReduce federated protocol "
+                         f"{cfg.get('protocol')!r}, this client {PROTOCOL}: install the same "
+                         "deepreduce_tf version on both sides")
+    key = cfg["arrays_key"]
+    state = context.state
+    names, model = _rebuild(cfg, content.array_records[key], state)
+    if model_crc(model) != cfg["crc"]:
+        raise ValueError("the rebuilt model differs from the server's (CRC mismatch): "
+                         "the node's state is out of date; the server sends the whole model "
+                         "next time")
+    state[_STATE_MODEL] = _dense_record(names, model)
+    state[STATE_KEY] = ConfigRecord({"version": cfg["version"]})
+    inner = _without(_without(content, CONFIG_KEY), key)
+    inner[key] = _dense_record(names, model)
+    msg.content = inner
+    reply = call_next(msg, context)
+    if reply.has_error():
+        return reply
+    out = reply.content
+    if msg.metadata.message_type.split(".")[0] == "train" and key in out.array_records:
+        got, local = _arrays(out.array_records[key])
+        if got != names:
+            raise ValueError(f"the ClientApp returned arrays {got}, the server sent {names}")
+        codec = _CLIENT_CODECS.get(cfg["params"], names, model)
+        codec.check_arrays(local, "the trained model")
+        residual = _state_arrays(state, _STATE_RESIDUAL)
+        residual = residual[1] if residual is not None and residual[0] == names else None
+        payload, _, residual = codec.encode([w - m for w, m in zip(local, model)], residual)
+        if residual is not None:
+            state[_STATE_RESIDUAL] = _dense_record(names, residual)
+        out = _without(out, key)
+        out[key] = ArrayRecord({PAYLOAD_KEY: _payload_array(payload)})
+    out[CONFIG_KEY] = ConfigRecord({"version": cfg["version"]})
+    reply.content = out
+    return reply

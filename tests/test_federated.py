@@ -1,0 +1,442 @@
+"""deepreduce_tf.federated: the model codec, and the Flower strategy + client
+mod driven round by round in this process (every message through the real
+strategy and mod) and in Flower's simulation engine (Ray, other processes)."""
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from deepreduce_tf.federated.codec import ModelCodec, PayloadError, model_crc
+
+SHAPES = [(3, 3, 1, 16), (16,), (400, 60), (60,), (60, 10), (10,)]
+NAMES = [str(i) for i in range(len(SHAPES))]
+GOLOMB_QSGD = {"compressor": "topk", "compress_ratio": 0.1, "deepreduce": "both",
+               "index": "golomb", "value": "qsgd"}
+LOSSLESS = {"compressor": "topk", "compress_ratio": 0.1, "deepreduce": "index",
+            "index": "golomb"}
+
+
+def arrays(seed, scale=1.0):
+    rng = np.random.default_rng(seed)
+    return [(scale * rng.normal(size=s)).astype(np.float32) for s in SHAPES]
+
+
+def numpy_topk(x, ratio, min_size=1024):
+    """The reference: per tensor, the ceil(ratio n) largest magnitudes; tensors
+    under min_size elements dense."""
+    out = []
+    for a in x:
+        if a.size < min_size:
+            out.append(a.copy())
+            continue
+        k = math.ceil(ratio * a.size)
+        flat = a.reshape(-1)
+        keep = np.argsort(-np.abs(flat), kind="stable")[:k]
+        y = np.zeros_like(flat)
+        y[keep] = flat[keep]
+        out.append(y.reshape(a.shape))
+    return out
+
+
+# ---------------------------------------------------------------------------
+# ModelCodec
+
+def test_lossless_codec_decodes_numpy_topk_and_keeps_the_rest_as_residual():
+    codec = ModelCodec.for_arrays(LOSSLESS, NAMES, arrays(0))
+    residual = arrays(1, 0.1)
+    update = arrays(2)
+    payload, decoded, new_residual = codec.encode(update, residual)
+    x = [u + r for u, r in zip(update, residual)]
+    for got, want in zip(decoded, numpy_topk(x, 0.1)):
+        np.testing.assert_array_equal(got, want)
+    for got, want in zip(codec.decode(payload), decoded):  # what every receiver decodes
+        np.testing.assert_array_equal(got, want)
+    for xi, d, r in zip(x, decoded, new_residual):  # exact: d is x or 0 per element
+        np.testing.assert_array_equal(d + r, xi)
+    assert len(payload) < codec.dense_bytes / 4
+
+
+def test_lossy_codec_conserves_update_plus_residual():
+    codec = ModelCodec.for_arrays(GOLOMB_QSGD, NAMES, arrays(0))
+    residual = codec.zeros()
+    total_in, total_out = [np.zeros(s, np.float64) for s in SHAPES], None
+    decoded_sum = [np.zeros(s, np.float64) for s in SHAPES]
+    for step in range(5):
+        update = arrays(10 + step)
+        payload, decoded, residual = codec.encode(update, residual)
+        total_in = [t + u for t, u in zip(total_in, update)]
+        decoded_sum = [t + d for t, d in zip(decoded_sum, codec.decode(payload))]
+    total_out = [d + r for d, r in zip(decoded_sum, residual)]
+    for a, b in zip(total_out, total_in):  # sum of updates = sum decoded + last residual
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-4)
+
+
+def test_no_feedback_keeps_no_residual():
+    codec = ModelCodec.for_arrays(dict(LOSSLESS, memory="none"), NAMES, arrays(0))
+    _, decoded, residual = codec.encode(arrays(2), arrays(3))
+    assert residual is None
+    for got, want in zip(decoded, numpy_topk(arrays(2), 0.1)):  # the residual is ignored
+        np.testing.assert_array_equal(got, want)
+
+
+def test_hostile_payloads_are_refused_with_the_reason():
+    codec = ModelCodec.for_arrays(GOLOMB_QSGD, NAMES, arrays(0))
+    payload, _, _ = codec.encode(arrays(1))
+    with pytest.raises(PayloadError, match="truncated"):
+        codec.decode(payload[:-7])
+    with pytest.raises(PayloadError, match="empty"):
+        codec.decode(b"")
+    with pytest.raises(PayloadError, match="exceeds the limit"):
+        codec.decode(b"\0" * (codec.max_payload_bytes + 1))
+    with pytest.raises(PayloadError, match="bytes, got str"):
+        codec.decode("payload")
+    rng = np.random.default_rng(0)
+    for _ in range(20):  # any changed byte: refused, never a silently different model
+        bad = bytearray(payload)
+        bad[int(rng.integers(len(bad)))] ^= 1 << int(rng.integers(8))
+        with pytest.raises(PayloadError):
+            codec.decode(bytes(bad))
+    other_model = ModelCodec.for_arrays(GOLOMB_QSGD, NAMES[:-1] + ["bias"], arrays(0))
+    with pytest.raises(PayloadError, match="differently configured|another"):
+        other_model.decode(payload)
+    other_config = ModelCodec.for_arrays(dict(GOLOMB_QSGD, value="fp16"), NAMES, arrays(0))
+    with pytest.raises(PayloadError):
+        other_config.decode(payload)
+    nan_update = arrays(1)
+    nan_update[1][3] = np.nan  # a small tensor: it travels dense, NaN included
+    nan_payload, _, _ = ModelCodec.for_arrays(dict(GOLOMB_QSGD, memory="none"), NAMES,
+                                              arrays(0)).encode(nan_update)
+    with pytest.raises(PayloadError, match="NaN/Inf in tensor '1'"):
+        codec.decode(nan_payload)
+
+
+def test_bad_configuration_and_arrays_say_what_is_wrong():
+    with pytest.raises(ValueError, match="no collective"):
+        ModelCodec.check_params(dict(GOLOMB_QSGD, communicator="allreduce"))
+    with pytest.raises(ValueError, match="'memory' must be one of"):
+        ModelCodec.check_params(dict(GOLOMB_QSGD, memory="dgc"))
+    with pytest.raises(ValueError, match="unknown"):
+        ModelCodec.check_params(dict(GOLOMB_QSGD, colour="red"))
+    with pytest.raises(TypeError, match="params must be a dict"):
+        ModelCodec.check_params("topk")
+    codec = ModelCodec.for_arrays(GOLOMB_QSGD, NAMES, arrays(0))
+    with pytest.raises(ValueError, match="tensor '2' is float32 \\(60, 400\\)"):
+        codec.encode([a.T if a.ndim == 2 else a for a in arrays(1)])
+    with pytest.raises(ValueError, match="has 5 tensors"):
+        codec.encode(arrays(1)[:5])
+    with pytest.raises(TypeError, match="only float tensors"):
+        ModelCodec.for_arrays(GOLOMB_QSGD, ["a"], [np.zeros(4, np.int32)])
+
+
+# ---------------------------------------------------------------------------
+# Flower: the strategy and the mod, round by round in this process
+
+flwr = pytest.importorskip("flwr")
+from flwr.app import (ArrayRecord, ConfigRecord, Context, Error, Message,  # noqa: E402
+                      MetricRecord, RecordDict)
+from flwr.serverapp.strategy import FedAvg  # noqa: E402
+
+from deepreduce_tf.federated import flower  # noqa: E402
+from deepreduce_tf.federated.flower import DeepReduceStrategy, deepreduce_mod  # noqa: E402
+
+
+@pytest.fixture
+def task_identity(monkeypatch):
+    """Messages need the identity Flower's runtime sets in its processes."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    for attr, value in (("_run_id", 1), ("_node_id", 0), ("_task_id", 1)):
+        monkeypatch.setattr(TaskIdentity, attr, value)
+
+
+class Grid:
+    def __init__(self, node_ids):
+        self.node_ids = list(node_ids)
+
+    def get_node_ids(self):
+        return list(self.node_ids)
+
+
+def target(node):
+    return arrays(100 + node, 0.5)
+
+
+def train_fn(log):
+    """A client: one step toward its own target model; logs what it received
+    and its update."""
+
+    def train(msg, context):
+        node = context.node_id
+        received = msg.content["arrays"].to_numpy_ndarrays()
+        local = [w + 0.5 * (t - w) for w, t in zip(received, target(node))]
+        log.append({"node": node, "crc": model_crc(received),
+                    "delta": [a - b for a, b in zip(local, received)]})
+        return Message(RecordDict({"arrays": ArrayRecord(local),
+                                   "metrics": MetricRecord({"num-examples": 10 + node})}),
+                       reply_to=msg)
+
+    return train
+
+
+def run_rounds(strategy, contexts, rounds, client_mods=None, log=None, first=1, model=None):
+    """Drives `rounds` training rounds; returns the model and the messages'
+    byte counts measured here (down, up), per round."""
+    log = [] if log is None else log
+    train = train_fn(log)
+    grid = Grid(contexts)
+    model = model or ArrayRecord(arrays(0, 0.1))
+    measured = []
+    for rnd in range(first, first + rounds):
+        down = up = 0
+        replies = []
+        for msg in strategy.configure_train(rnd, model, ConfigRecord(), grid):
+            down += sum(len(a.data) if a.stype == flower.STYPE else a.numpy().nbytes
+                        for a in msg.content["arrays"].values())
+            context = contexts[msg.metadata.dst_node_id]
+            handler = (client_mods or {}).get(context.node_id, deepreduce_mod)
+            try:
+                reply = handler(msg, context, train)
+            except Exception as e:  # what Flower's ClientApp runtime does
+                reply = Message(Error(code=1, reason=str(e)), reply_to=msg)
+            if not reply.has_error():
+                up += sum(len(a.data) for a in reply.content["arrays"].values())
+            replies.append(reply)
+        new, _ = strategy.aggregate_train(rnd, replies)
+        if new is not None:
+            model = new
+        measured.append((down, up))
+    return model, measured
+
+
+def contexts_for(nodes):
+    return {n: Context(run_id=1, node_id=n, node_config={}, state=RecordDict(), run_config={})
+            for n in nodes}
+
+
+def fedavg(n):
+    return FedAvg(fraction_train=1.0, min_train_nodes=n, min_available_nodes=n,
+                  fraction_evaluate=0.0)
+
+
+def test_rounds_accounting_identical_models_and_conservation(task_identity):
+    contexts = contexts_for([1, 2, 3])
+    inner = fedavg(3)
+    decoded = {n: [] for n in contexts}
+    aggregate = inner.aggregate_train
+
+    def capture(rnd, replies):  # what the wrapped FedAvg gets: x + D(payload) per client
+        source = strategy._source
+        for msg in replies:
+            model = msg.content["arrays"].to_numpy_ndarrays()
+            decoded[msg.metadata.src_node_id].append([m - s for m, s in zip(model, source)])
+        return aggregate(rnd, replies)
+
+    inner.aggregate_train = capture
+    strategy = DeepReduceStrategy(inner, GOLOMB_QSGD)
+    log = []
+    _, measured = run_rounds(strategy, contexts, 4, log=log)
+
+    # Accounting equals the payloads measured on the messages, per round and direction.
+    assert [(r["down_bytes"], r["up_bytes"]) for r in strategy.rounds] == measured
+    totals = strategy.totals()
+    dense = sum(int(np.prod(s)) * 4 for s in SHAPES)
+    assert totals["fedavg_down_bytes"] == totals["fedavg_up_bytes"] == 12 * dense
+    assert totals["up_bytes"] == sum(u for _, u in measured) < 0.3 * 12 * dense
+    # Round 1 sends the dense model; later rounds one version's payload per client.
+    assert measured[0][0] == 3 * dense and all(d < 0.3 * 3 * dense for d, _ in measured[1:])
+    # Every client rebuilt the server's x^ bit for bit (also checked by the mod's CRC).
+    crc_by_round = {}
+    for i, entry in enumerate(log):
+        crc_by_round.setdefault(i // 3, set()).add(entry["crc"])
+    assert all(len(c) == 1 for c in crc_by_round.values())
+    for n, context in contexts.items():
+        stored = context.state[flower._STATE_MODEL].to_numpy_ndarrays()
+        assert model_crc(stored) == model_crc(strategy.model_hat)
+    # Client error feedback: sum of its updates = sum the server decoded + its residual.
+    for n, context in contexts.items():
+        residual = context.state[flower._STATE_RESIDUAL].to_numpy_ndarrays()
+        deltas = [e["delta"] for e in log if e["node"] == n]
+        for i in range(len(SHAPES)):
+            sent = sum(np.float64(d[i]) for d in deltas)
+            got = sum(np.float64(d[i]) for d in decoded[n]) + residual[i]
+            np.testing.assert_allclose(got, sent, rtol=0, atol=2e-5)
+    # Server error feedback: x^ trails the model by what is still unsent, which
+    # stays bounded (it is sent in later versions).
+    gap = [np.abs(a - b).max() for a, b in zip(strategy._source, strategy.model_hat)]
+    assert 0 < max(gap) < 0.5
+
+
+def test_lossless_uplink_and_dense_downlink_is_fedavg(task_identity):
+    """With a lossless configuration and the model sent dense, the wrapped
+    FedAvg computes what plain FedAvg computes (up to float rounding)."""
+    contexts = contexts_for([1, 2, 3])
+    strategy = DeepReduceStrategy(fedavg(3), {"compressor": "none"}, downlink=False)
+    model, measured = run_rounds(strategy, contexts, 2)
+    want = arrays(0, 0.1)
+    for _ in range(2):
+        weights = [10 + n for n in contexts]
+        local = [[w + 0.5 * (t - w) for w, t in zip(want, target(n))] for n in contexts]
+        want = [sum(wt * loc[i] for wt, loc in zip(weights, local)) / sum(weights)
+                for i in range(len(SHAPES))]
+    for got, ref in zip(model.to_numpy_ndarrays(), want):
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+    dense = sum(int(np.prod(s)) * 4 for s in SHAPES)
+    assert all(d == 3 * dense for d, _ in measured)
+
+
+def hostile(kind):
+    """A client mod that spoils the compressed reply of deepreduce_mod."""
+
+    def mod(msg, context, call_next):
+        reply = deepreduce_mod(msg, context, call_next)
+        record = reply.content["arrays"]
+        data = record[flower.PAYLOAD_KEY].data
+        if kind == "truncated":
+            data = data[: len(data) // 2]
+        elif kind == "corrupted":
+            data = bytearray(data)
+            data[len(data) // 3] ^= 0x10
+            data = bytes(data)
+        elif kind == "oversized":
+            data = data + b"\0" * (20 * len(data) + 10 ** 6)
+        elif kind == "foreign":
+            other = ModelCodec.for_arrays(GOLOMB_QSGD, [f"w{i}" for i in range(len(SHAPES))],
+                                          arrays(0))
+            data, _, _ = other.encode(arrays(5))
+        elif kind == "dense":  # a client without the mod: the model's arrays
+            reply.content["arrays"] = ArrayRecord(arrays(5))
+            return reply
+        record[flower.PAYLOAD_KEY] = flower._payload_array(data)
+        return reply
+
+    return mod
+
+
+def test_broken_and_hostile_clients_are_left_out_of_the_round(task_identity, caplog):
+    kinds = ["truncated", "corrupted", "oversized", "foreign", "dense"]
+    contexts = contexts_for(range(1, 8))
+    mods = {i + 1: hostile(k) for i, k in enumerate(kinds)}  # nodes 6 and 7 are honest
+    strategy = DeepReduceStrategy(fedavg(7), GOLOMB_QSGD)
+    with caplog.at_level("WARNING", logger="deepreduce_tf.federated"):
+        model, _ = run_rounds(strategy, contexts, 2, client_mods=mods)
+    reasons = {(rnd, node): reason for rnd, node, reason in strategy.rejected}
+    assert sorted(reasons) == [(r, n) for r in (1, 2) for n in range(1, 6)]
+    assert "truncated" in reasons[1, 1]
+    assert "corrupt" in reasons[1, 2] or "checksum" in reasons[1, 2].lower()
+    assert "exceeds the limit" in reasons[1, 3]
+    assert "differently configured" in reasons[1, 4]
+    assert "expected one array 'payload'" in reasons[1, 5]
+    assert caplog.text.count("rejected the update of node") == 10
+    assert [r["up_messages"] for r in strategy.rounds] == [2, 2]
+    # The round is the FedAvg of the two honest clients only.
+    assert all(np.all(np.isfinite(a)) for a in model.to_numpy_ndarrays())
+
+
+def test_a_client_that_lost_its_state_gets_the_whole_model_next(task_identity):
+    contexts = contexts_for([1, 2])
+    strategy = DeepReduceStrategy(fedavg(2), GOLOMB_QSGD)
+    model, _ = run_rounds(strategy, contexts, 1)
+    contexts[2] = contexts_for([2])[2]  # node 2 restarted without its state
+    model, _ = run_rounds(strategy, contexts, 1, first=2, model=model)
+    assert strategy.rounds[-1]["up_messages"] == 1  # node 2 could not apply the chain
+    assert 2 not in strategy._synced
+    _, measured = run_rounds(strategy, contexts, 1, first=3, model=model)
+    dense = sum(int(np.prod(s)) * 4 for s in SHAPES)
+    assert dense < measured[0][0] < 1.5 * dense  # node 2 got the dense model again
+    assert strategy.rounds[-1]["up_messages"] == 2
+
+
+def test_protocol_and_configuration_errors(task_identity):
+    with pytest.raises(TypeError, match="wraps a flwr.serverapp.strategy.Strategy"):
+        DeepReduceStrategy(object(), GOLOMB_QSGD)
+    with pytest.raises(ValueError, match="unknown"):
+        DeepReduceStrategy(fedavg(1), dict(GOLOMB_QSGD, colour="red"))
+    contexts = contexts_for([1])
+    strategy = DeepReduceStrategy(fedavg(1), GOLOMB_QSGD)
+    msg = next(iter(strategy.configure_train(1, ArrayRecord(arrays(0)), ConfigRecord(),
+                                             Grid([1]))))
+    msg.content[flower.CONFIG_KEY]["protocol"] = 99
+    with pytest.raises(ValueError, match="protocol 99"):
+        deepreduce_mod(msg, contexts[1], train_fn([]))
+    # A message without DeepReduce's record passes through unchanged.
+    plain = Message(RecordDict({"arrays": ArrayRecord(arrays(0))}), dst_node_id=1,
+                    message_type="train")
+    seen = []
+    deepreduce_mod(plain, contexts[1], lambda m, c: seen.append(m) or m)
+    assert seen == [plain]
+
+
+# ---------------------------------------------------------------------------
+# Flower's simulation engine: 3 clients in Ray worker processes
+
+SIMULATION = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
+    from flwr.clientapp import ClientApp
+    from flwr.serverapp import ServerApp
+    from flwr.serverapp.strategy import FedAvg
+    from flwr.simulation import run_simulation
+    from deepreduce_tf.federated import DeepReduceStrategy, deepreduce_mod, model_crc
+
+    SHAPES = {shapes!r}
+    client = ClientApp(mods=[deepreduce_mod])
+
+    @client.train()
+    def train(msg, context):
+        received = msg.content["arrays"].to_numpy_ndarrays()
+        rng = np.random.default_rng(context.node_id % 1000)
+        local = [w - 0.1 * rng.normal(size=w.shape).astype(np.float32) for w in received]
+        return Message(RecordDict({{"arrays": ArrayRecord(local), "metrics": MetricRecord(
+            {{"num-examples": 10, "crc": model_crc(received) % 1000003}})}}), reply_to=msg)
+
+    server = ServerApp()
+    out = {{}}
+
+    @server.main()
+    def main(grid, context):
+        strategy = DeepReduceStrategy(FedAvg(fraction_train=1.0, min_train_nodes=3,
+                                             min_available_nodes=3, fraction_evaluate=0.0),
+                                      {params!r})
+        crcs = []
+        aggregate = strategy.strategy.train_metrics_aggr_fn
+        def metrics(contents, key):
+            crcs.append(sorted(int(c["metrics"]["crc"]) for c in contents))
+            return aggregate(contents, key)
+        strategy.strategy.train_metrics_aggr_fn = metrics
+        rng = np.random.default_rng(0)
+        init = [rng.normal(size=s).astype(np.float32) for s in SHAPES]
+        result = strategy.start(grid=grid, initial_arrays=ArrayRecord(init), num_rounds=3)
+        out.update(rounds=strategy.rounds, rejected=strategy.rejected, crcs=crcs,
+                   totals=strategy.totals(),
+                   model_hat_crc=model_crc(strategy.model_hat) % 1000003,
+                   final_crc=model_crc(result.arrays.to_numpy_ndarrays()) % 1000003)
+
+    run_simulation(server_app=server, client_app=client, num_supernodes=3,
+                   backend_config={{"client_resources": {{"num_cpus": 1}}}})
+    print("RESULT " + json.dumps(out))
+""")
+
+
+def test_flower_simulation_three_clients(tmp_path):
+    script = tmp_path / "simulation.py"
+    script.write_text(SIMULATION.format(shapes=SHAPES, params=GOLOMB_QSGD))
+    env = dict(os.environ, RAY_DISABLE_USAGE_STATS="1")  # the installed deepreduce_tf
+    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, (proc.stdout + proc.stderr)[-4000:]
+    out = json.loads(lines[-1][len("RESULT "):])
+    assert out["rejected"] == []
+    assert [r["up_messages"] for r in out["rounds"]] == [3, 3, 3]
+    # All three clients trained from the same model, in every round.
+    assert len(out["crcs"]) == 3 and all(len(set(c)) == 1 for c in out["crcs"])
+    totals = out["totals"]
+    assert totals["up_bytes"] == sum(r["up_bytes"] for r in out["rounds"])
+    assert totals["down_bytes"] == sum(r["down_bytes"] for r in out["rounds"])
+    assert 0 < totals["up_ratio"] < 0.3 and 0 < totals["down_ratio"] < 0.6
