@@ -247,6 +247,9 @@ def test_rounds_accounting_identical_models_and_conservation(task_identity):
     dense = sum(int(np.prod(s)) * 4 for s in SHAPES)
     assert totals["fedavg_down_bytes"] == totals["fedavg_up_bytes"] == 12 * dense
     assert totals["up_bytes"] == sum(u for _, u in measured) < 0.3 * 12 * dense
+    # Rounds 2-4 each made one version, sent whole to every (all sampled) client.
+    assert totals["versions"] == 3 and 0 < totals["version_ratio"] < 0.3
+    assert [r["version_bytes"] * 3 for r in strategy.rounds[1:]] == [d for d, _ in measured[1:]]
     # Round 1 sends the dense model; later rounds one version's payload per client.
     assert measured[0][0] == 3 * dense and all(d < 0.3 * 3 * dense for d, _ in measured[1:])
     # Every client rebuilt the server's x^ bit for bit (also checked by the mod's CRC).

@@ -139,13 +139,14 @@ class DeepReduceStrategy(Strategy):
         if not self.rounds or self.rounds[-1]["round"] != server_round:
             self.rounds.append({"round": server_round, "down_messages": 0, "down_bytes": 0,
                                 "up_messages": 0, "up_bytes": 0, "rejected": 0,
+                                "versions": 0, "version_bytes": 0,
                                 "dense_bytes": self._codec_dense()})
         return self.rounds[-1]
 
     def _codec_dense(self):
         return self._client_codec.dense_bytes if self._client_codec else 0
 
-    def _broadcast(self, arrays):
+    def _broadcast(self, arrays, server_round):
         """Makes a new version if the model to send changed."""
         names, x = _arrays(arrays)
         if self._names is None:
@@ -171,6 +172,9 @@ class DeepReduceStrategy(Strategy):
             [a - b for a, b in zip(x, self._model_hat)])
         self._model_hat = [a + d for a, d in zip(self._model_hat, decoded)]
         self._versions[self._version] = payload
+        row = self._row(server_round)
+        row["versions"] += 1
+        row["version_bytes"] += len(payload)
         # Keep only the versions a chain cheaper than the dense model can use.
         total, dense = 0, self._client_codec.dense_bytes
         for v in sorted(self._versions, reverse=True):
@@ -211,7 +215,7 @@ class DeepReduceStrategy(Strategy):
         return msg
 
     def _configure(self, messages, arrays, server_round):
-        self._broadcast(arrays)
+        self._broadcast(arrays, server_round)
         return [self._message_for(m, server_round) for m in messages]
 
     def configure_train(self, server_round, arrays, config, grid):
@@ -311,8 +315,11 @@ class DeepReduceStrategy(Strategy):
         dense = self._codec_dense()
         fed_down = dense * sum(r["down_messages"] for r in self.rounds)
         fed_up = dense * sum(r["up_messages"] for r in self.rounds)
+        versions = sum(r["versions"] for r in self.rounds)
+        version_bytes = sum(r["version_bytes"] for r in self.rounds)
         return {"down_bytes": down, "up_bytes": up, "fedavg_down_bytes": fed_down,
-                "fedavg_up_bytes": fed_up,
+                "fedavg_up_bytes": fed_up, "versions": versions,
+                "version_ratio": version_bytes / (versions * dense) if versions else None,
                 "down_ratio": down / fed_down if fed_down else None,
                 "up_ratio": up / fed_up if fed_up else None,
                 "total_ratio": (down + up) / (fed_down + fed_up) if fed_down + fed_up else None,
