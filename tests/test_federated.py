@@ -4,6 +4,7 @@ strategy and mod) and in Flower's simulation engine (Ray, other processes)."""
 import json
 import math
 import os
+import random
 import subprocess
 import sys
 import textwrap
@@ -272,6 +273,33 @@ def test_rounds_accounting_identical_models_and_conservation(task_identity):
     # stays bounded (it is sent in later versions).
     gap = [np.abs(a - b).max() for a, b in zip(strategy._source, strategy.model_hat)]
     assert 0 < max(gap) < 0.5
+
+
+def test_partial_participation_sends_the_missed_versions(task_identity):
+    """2 of 5 clients per round: a client sampled again gets the chain of the
+    versions it missed (or the dense model where that is smaller), and
+    rebuilds the server's x^ bit for bit."""
+    random.seed(0)  # FedAvg's sampling
+    contexts = contexts_for(range(1, 6))
+    strategy = DeepReduceStrategy(
+        FedAvg(fraction_train=0.4, min_train_nodes=2, min_available_nodes=5,
+               fraction_evaluate=0.0), GOLOMB_QSGD)
+    chains = []
+    mod = deepreduce_mod
+
+    def spy(msg, context, call_next):
+        cfg = msg.content[flower.CONFIG_KEY]
+        chains.append((cfg["base"], cfg["version"], len(msg.content["arrays"])))
+        reply = mod(msg, context, call_next)
+        stored = context.state[flower._STATE_MODEL].to_numpy_ndarrays()
+        assert model_crc(stored) == model_crc(strategy.model_hat)
+        return reply
+
+    _, measured = run_rounds(strategy, contexts, 8, client_mods={n: spy for n in contexts})
+    assert [(r["down_bytes"], r["up_bytes"]) for r in strategy.rounds] == measured
+    long_chains = [(b, v, n) for b, v, n in chains if b >= 0 and v - b >= 2]
+    assert long_chains and all(n == v - b for b, v, n in long_chains)
+    assert any(b < 0 for b, v, n in chains[2:])  # first contacts get the dense model
 
 
 def test_lossless_uplink_and_dense_downlink_is_fedavg(task_identity):
