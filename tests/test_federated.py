@@ -423,8 +423,10 @@ SIMULATION = textwrap.dedent("""
         received = msg.content["arrays"].to_numpy_ndarrays()
         rng = np.random.default_rng(context.node_id % 1000)
         local = [w - 0.1 * rng.normal(size=w.shape).astype(np.float32) for w in received]
+        kept = int("deepreduce.residual" in context.state)  # the residual of its last round
         return Message(RecordDict({{"arrays": ArrayRecord(local), "metrics": MetricRecord(
-            {{"num-examples": 10, "crc": model_crc(received) % 1000003}})}}), reply_to=msg)
+            {{"num-examples": 10, "crc": model_crc(received) % 1000003, "kept": kept}})}}),
+            reply_to=msg)
 
     server = ServerApp()
     out = {{}}
@@ -434,16 +436,17 @@ SIMULATION = textwrap.dedent("""
         strategy = DeepReduceStrategy(FedAvg(fraction_train=1.0, min_train_nodes=3,
                                              min_available_nodes=3, fraction_evaluate=0.0),
                                       {params!r})
-        crcs = []
+        crcs, kept = [], []
         aggregate = strategy.strategy.train_metrics_aggr_fn
         def metrics(contents, key):
             crcs.append(sorted(int(c["metrics"]["crc"]) for c in contents))
+            kept.append(sorted(int(c["metrics"]["kept"]) for c in contents))
             return aggregate(contents, key)
         strategy.strategy.train_metrics_aggr_fn = metrics
         rng = np.random.default_rng(0)
         init = [rng.normal(size=s).astype(np.float32) for s in SHAPES]
         result = strategy.start(grid=grid, initial_arrays=ArrayRecord(init), num_rounds=3)
-        out.update(rounds=strategy.rounds, rejected=strategy.rejected, crcs=crcs,
+        out.update(rounds=strategy.rounds, rejected=strategy.rejected, crcs=crcs, kept=kept,
                    totals=strategy.totals(),
                    model_hat_crc=model_crc(strategy.model_hat) % 1000003,
                    final_crc=model_crc(result.arrays.to_numpy_ndarrays()) % 1000003)
@@ -467,6 +470,8 @@ def test_flower_simulation_three_clients(tmp_path):
     assert [r["up_messages"] for r in out["rounds"]] == [3, 3, 3]
     # All three clients trained from the same model, in every round.
     assert len(out["crcs"]) == 3 and all(len(set(c)) == 1 for c in out["crcs"])
+    # Each client's residual outlived its ClientApp: present from its second round on.
+    assert out["kept"] == [[0, 0, 0], [1, 1, 1], [1, 1, 1]]
     totals = out["totals"]
     assert totals["up_bytes"] == sum(r["up_bytes"] for r in out["rounds"])
     assert totals["down_bytes"] == sum(r["down_bytes"] for r in out["rounds"])
