@@ -476,3 +476,169 @@ def test_flower_simulation_three_clients(tmp_path):
     assert totals["up_bytes"] == sum(r["up_bytes"] for r in out["rounds"])
     assert totals["down_bytes"] == sum(r["down_bytes"] for r in out["rounds"])
     assert 0 < totals["up_ratio"] < 0.3 and 0 < totals["down_ratio"] < 0.6
+
+
+# ---------------------------------------------------------------------------
+# A real deployment: a SuperLink and three SuperNodes, one process each, on
+# 127.0.0.1 (Flower 1.41's Fleet API: HTTP), the app submitted with `flwr run`
+
+APP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "federated_app")
+
+
+def _children():
+    """{parent pid: [child pids]} from /proc."""
+    tree = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            tree.setdefault(ppid, []).append(int(entry))
+    return tree
+
+
+def _descendants(pids):
+    tree, out, todo = _children(), [], list(pids)
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(tree.get(pid, []))
+    return out
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _stop(procs):
+    """TERM every process started here and all their descendants (Flower's
+    superexec runs in sessions of its own), KILL what is left after 10 s,
+    reap. Returns the pids that were signalled."""
+    import signal
+    import time
+
+    pids = _descendants([p.pid for p in procs])
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+        end = time.monotonic() + 10
+        while time.monotonic() < end and any(_alive(p) for p in pids):
+            time.sleep(0.2)
+    for p in procs:
+        p.wait(timeout=10)
+    return pids
+
+
+def _free_ports(n):
+    import socket
+
+    socks = [socket.create_server(("127.0.0.1", 0)) for _ in range(n)]
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def test_deployment_superlink_and_three_supernodes(tmp_path):
+    import shutil
+    import time
+    import urllib.request
+
+    bin_dir = os.path.dirname(sys.executable)
+    if not os.path.exists(os.path.join(bin_dir, "flower-superlink")):
+        pytest.skip("flower-superlink is not installed next to this Python")
+    app = tmp_path / "app"
+    shutil.copytree(APP_DIR, app, ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "home").mkdir()
+    (tmp_path / "flwr_home").mkdir()
+    env = dict(os.environ, PATH=bin_dir + os.pathsep + os.environ.get("PATH", ""),
+               HOME=str(tmp_path / "home"), FLWR_HOME=str(tmp_path / "flwr_home"),
+               FLWR_TELEMETRY_ENABLED="0", FLWR_DISABLE_UPDATE_CHECK="1",
+               FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1", UV_OFFLINE="1",
+               PYTHONUNBUFFERED="1")
+    link, *nodes = _free_ports(4)
+    deadline = time.monotonic() + 420
+    procs, logs = [], []
+
+    def start(name, args):
+        log = open(tmp_path / f"{name}.log", "w")
+        logs.append(log)
+        procs.append(subprocess.Popen(args, cwd=tmp_path, env=env, stdout=log,
+                                      stderr=subprocess.STDOUT))
+        return procs[-1]
+
+    def tails():
+        return "\n".join(f"--- {p.name}\n" + p.read_text()[-1500:]
+                         for p in sorted(tmp_path.glob("*.log")))
+
+    def healthy(port, proc, name):
+        while time.monotonic() < deadline:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).read()
+                return
+            except OSError:
+                assert proc.poll() is None, f"{name} exited\n{tails()}"
+                time.sleep(0.5)
+        pytest.fail(f"{name} not healthy in time\n{tails()}")
+
+    def flwr(*args, timeout=60):
+        return subprocess.run([os.path.join(bin_dir, "flwr"), *args], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=timeout)
+
+    out = tmp_path / "result.json"
+    try:
+        superlink = start("superlink", [os.path.join(bin_dir, "flower-superlink"), "--insecure",
+                                        "--host", "127.0.0.1", "--port", str(link),
+                                        "--disable-runtime-dependency-installation"])
+        healthy(link, superlink, "superlink")
+        for i, port in enumerate(nodes):
+            start(f"supernode{i}", [os.path.join(bin_dir, "flower-supernode"), "--insecure",
+                                    "--superlink", f"127.0.0.1:{link}", "--host", "127.0.0.1",
+                                    "--port", str(port), "--node-config",
+                                    f"partition-id={i} num-partitions=3",
+                                    "--max-retries", "20", "--max-wait-time", "60"])
+        for i, port in enumerate(nodes):
+            healthy(port, procs[i + 1], f"supernode{i}")
+        (tmp_path / "flwr_home" / "config.toml").write_text(
+            f'[superlink]\ndefault = "deploy"\n\n[superlink.deploy]\n'
+            f'address = "127.0.0.1:{link}"\ninsecure = true\n')
+        run = flwr("run", str(app), "deploy", "--format", "json", "--run-config",
+                   f'out="{out}" num-rounds=2', timeout=120)
+        submitted = json.loads(run.stdout or "{}")
+        assert run.returncode == 0 and submitted.get("success"), run.stdout + run.stderr
+        run_id = str(submitted["run-id"])
+        status = ""
+        while time.monotonic() < deadline and not status.startswith("finished"):
+            time.sleep(2)
+            listed = flwr("ls", "deploy", "--run-id", run_id, "--format", "json")
+            try:
+                status = json.loads(listed.stdout)["runs"][0]["status"]
+            except (ValueError, KeyError, IndexError):
+                status = ""
+        if status != "finished:completed":
+            log = flwr("log", run_id, "deploy", "--show")
+            pytest.fail(f"run status {status!r}\n{log.stdout[-3000:]}\n{tails()}")
+    finally:
+        signalled = _stop(procs)
+        for log in logs:
+            log.close()
+    assert not [pid for pid in signalled if _alive(pid)]  # every process stopped and reaped
+    result = json.loads(out.read_text())
+    assert result["rejected"] == []
+    assert [r["up_messages"] for r in result["rounds"]] == [3, 3]
+    assert all(len(set(c)) == 1 for c in result["crcs"]) and len(result["crcs"]) == 2
+    totals = result["totals"]
+    assert totals["up_bytes"] == sum(r["up_bytes"] for r in result["rounds"])
+    dense = sum(4 * int(np.prod(s)) for s in [(400, 60), (60,), (60, 10), (10,)])
+    assert result["rounds"][0]["down_bytes"] == 3 * dense  # first contact: the dense model
+    assert 0 < result["rounds"][1]["down_bytes"] < 0.3 * 3 * dense  # then one version each
+    assert 0 < totals["up_ratio"] < 0.3
