@@ -538,16 +538,6 @@ def _stop(procs):
     return pids
 
 
-def _free_ports(n):
-    import socket
-
-    socks = [socket.create_server(("127.0.0.1", 0)) for _ in range(n)]
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 def test_deployment_superlink_and_three_supernodes(tmp_path):
     import shutil
     import time
@@ -565,7 +555,9 @@ def test_deployment_superlink_and_three_supernodes(tmp_path):
                FLWR_TELEMETRY_ENABLED="0", FLWR_DISABLE_UPDATE_CHECK="1",
                FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1", UV_OFFLINE="1",
                PYTHONUNBUFFERED="1")
-    link, *nodes = _free_ports(4)
+    from deepreduce_tf.benchmark.runner import free_ports
+
+    link, *nodes = free_ports(4)
     deadline = time.monotonic() + 420
     procs, logs = [], []
 
