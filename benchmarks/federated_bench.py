@@ -10,7 +10,9 @@ draw per class (the usual LDA split), --per_round sampled per round, each
 training a small CNN for --epochs local epochs (SGD). The server evaluates the
 global model on the test split. Every configuration runs in its own process
 (one Flower simulation each) with the same seed: same split, same initial
-model, same client sampling. Prints one table (bytes per direction relative
+model (built before the simulation starts), same local training seeds per
+client and round; which clients are sampled differs between runs (Flower
+samples node ids, which are random per run). Prints one table (bytes per direction relative
 to FedAvg, test accuracy) and writes the JSON and a plot of test accuracy
 against total bytes. Column "version": a downlink version's payload relative
 to the dense model, i.e. the downlink ratio if every client received every
@@ -98,6 +100,9 @@ def run_one(args):
 
     params = CONFIGS[args.one]
     cache = {}
+    # The initial model, before any other thread runs TensorFlow ops.
+    keras.utils.set_random_seed(args.seed)
+    initial = build_model().get_weights()
 
     def client_data(pid):
         if "train" not in cache:
@@ -133,9 +138,7 @@ def run_one(args):
         test = load_fashion_mnist("test", stream=None)
         tx = test.images[:, :, :, None].astype(np.float32) / 255.0
         ty = test.labels.astype(np.int64)
-        keras.utils.set_random_seed(args.seed)
         model = compile_model(build_model(), args.lr)
-        initial = model.get_weights()
         curve = []
 
         def evaluate(rnd, arrays):
@@ -221,8 +224,9 @@ def plot(results, path):
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for r in results:
-        xs = [max(c["bytes"], 1) / 2 ** 20 for c in r["curve"]]
-        ax.plot(xs, [c["accuracy"] for c in r["curve"]], marker="o", ms=3, label=r["config"])
+        points = [c for c in r["curve"] if c["bytes"] > 0]  # round 0: nothing sent yet
+        ax.plot([c["bytes"] / 2 ** 20 for c in points], [c["accuracy"] for c in points],
+                marker="o", ms=3, label=r["config"])
     ax.set_xscale("log")
     ax.set_xlabel("bytes sent, both directions, cumulative (MiB, log scale)")
     ax.set_ylabel("test accuracy (Fashion-MNIST, 10,000 images)")

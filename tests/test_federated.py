@@ -134,6 +134,23 @@ def test_bad_configuration_and_arrays_say_what_is_wrong():
         ModelCodec.for_arrays(GOLOMB_QSGD, ["a"], [np.zeros(4, np.int32)])
 
 
+def test_without_flower_the_codec_works_and_the_error_says_what_to_install(tmp_path):
+    code = textwrap.dedent("""
+        import sys
+        sys.modules["flwr"] = None  # as if Flower were not installed
+        import deepreduce_tf, deepreduce_tf.federated as fed
+        assert fed.ModelCodec is not None
+        try:
+            fed.DeepReduceStrategy
+        except ImportError as e:
+            print("ImportError:", e)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "needs Flower" in proc.stdout and "deepreduce_tf[federated]" in proc.stdout
+
+
 # ---------------------------------------------------------------------------
 # Flower: the strategy and the mod, round by round in this process
 
