@@ -110,10 +110,20 @@ def test_hostile_payloads_are_refused_with_the_reason():
         other_config.decode(payload)
     nan_update = arrays(1)
     nan_update[1][3] = np.nan  # a small tensor: it travels dense, NaN included
-    nan_payload, _, _ = ModelCodec.for_arrays(dict(GOLOMB_QSGD, memory="none"), NAMES,
-                                              arrays(0)).encode(nan_update)
+    nan_payload, _ = codec.compressor.compress_batch(nan_update, NAMES)  # a sender without checks
     with pytest.raises(PayloadError, match="NaN/Inf in tensor '1'"):
-        codec.decode(nan_payload)
+        codec.decode(nan_payload.numpy().tobytes())
+
+
+def test_a_nonfinite_update_is_not_sent_and_the_residual_is_kept():
+    codec = ModelCodec.for_arrays(GOLOMB_QSGD, NAMES, arrays(0))
+    residual = arrays(3, 0.1)
+    kept = [r.copy() for r in residual]
+    update = arrays(1)
+    update[2][5, 7] = np.inf
+    with pytest.raises(ValueError, match="NaN/Inf in tensor '2': not sent"):
+        codec.encode(update, residual)
+    assert all(np.array_equal(a, b) for a, b in zip(residual, kept))
 
 
 def test_bad_configuration_and_arrays_say_what_is_wrong():
@@ -404,6 +414,8 @@ def test_protocol_and_configuration_errors(task_identity):
         DeepReduceStrategy(object(), GOLOMB_QSGD)
     with pytest.raises(ValueError, match="unknown"):
         DeepReduceStrategy(fedavg(1), dict(GOLOMB_QSGD, colour="red"))
+    with pytest.raises(TypeError, match="params must be a dict"):
+        DeepReduceStrategy(fedavg(1), "topk")
     contexts = contexts_for([1])
     strategy = DeepReduceStrategy(fedavg(1), GOLOMB_QSGD)
     msg = next(iter(strategy.configure_train(1, ArrayRecord(arrays(0)), ConfigRecord(),

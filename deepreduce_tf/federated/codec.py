@@ -61,6 +61,8 @@ def model_crc(arrays):
 def canonical_params(params):
     """params as a JSON string with sorted keys (what travels in a Flower
     ConfigRecord, and the cache key of codecs)."""
+    if not isinstance(params, dict):
+        raise TypeError(f"params must be a dict (from_params keys), got {type(params).__name__}")
     try:
         return json.dumps(dict(params), sort_keys=True)
     except TypeError as e:
@@ -152,6 +154,10 @@ class ModelCodec:
         Returns:
           (payload bytes, decoded arrays: what every receiver decodes,
            new residual arrays: x - decoded, or None without feedback).
+
+        Raises:
+          ValueError: wrong tensors, or NaN/Inf in update + residual (nothing
+            is sent; the caller's residual stays as it was).
         """
         update = [np.asarray(u) for u in update]
         self.check_arrays(update, "the update")
@@ -160,6 +166,11 @@ class ModelCodec:
             x = [u + r for u, r in zip(update, residual)]
         else:
             x = update
+        for name, a in zip(self.names, x):
+            if not np.all(np.isfinite(a)):
+                raise ValueError(f"the update has NaN/Inf in tensor {name!r}: not sent (the "
+                                 "residual is kept); check the local training (learning rate, "
+                                 "loss scaling)")
         payload, _ = self.compressor.compress_batch([tf.constant(a) for a in x], self.names)
         payload = payload.numpy().tobytes()
         decoded = self._decode(payload)
@@ -185,8 +196,7 @@ class ModelCodec:
             raise PayloadError("empty payload")
         try:
             arrays = self._decode(bytes(payload))
-        except (tf.errors.InvalidArgumentError, tf.errors.OutOfRangeError,
-                tf.errors.FailedPreconditionError) as e:
+        except tf.errors.OpError as e:
             raise PayloadError(_reason(e)) from None
         for name, a in zip(self.names, arrays):
             if not np.all(np.isfinite(a)):
