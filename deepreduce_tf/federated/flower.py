@@ -128,6 +128,7 @@ class DeepReduceStrategy(Strategy):
         self.rejected = []    # (round, node id, reason)
         self._names = None
         self._model_hat = None   # x^: what every client can rebuild
+        self._model_hat_crc = None  # its CRC, computed once per version
         self._source = None      # x when x^ was last updated
         self._versions = {}      # version -> payload bytes (the chain still kept)
         self._version = 0
@@ -156,6 +157,7 @@ class DeepReduceStrategy(Strategy):
                 self._server_codec = ModelCodec.for_arrays(
                     json.loads(self.server_params_json), names, x)
             self._model_hat = [a.copy() for a in x]
+            self._model_hat_crc = model_crc(self._model_hat)
             self._source = [a.copy() for a in x]
             return
         if names != self._names:
@@ -167,10 +169,12 @@ class DeepReduceStrategy(Strategy):
         self._version += 1
         if self._server_codec is None:
             self._model_hat = [a.copy() for a in x]
+            self._model_hat_crc = model_crc(self._model_hat)
             return
         payload, decoded, _ = self._server_codec.encode(
             [a - b for a, b in zip(x, self._model_hat)])
         self._model_hat = [a + d for a, d in zip(self._model_hat, decoded)]
+        self._model_hat_crc = model_crc(self._model_hat)
         self._versions[self._version] = payload
         row = self._row(server_round)
         row["versions"] += 1
@@ -205,7 +209,7 @@ class DeepReduceStrategy(Strategy):
         content[self.arrays_key] = record
         content[CONFIG_KEY] = ConfigRecord({
             "protocol": PROTOCOL, "version": self._version, "base": base,
-            "crc": model_crc(self._model_hat), "arrays_key": self.arrays_key,
+            "crc": self._model_hat_crc, "arrays_key": self.arrays_key,
             "names": json.dumps(self._names), "params": self.params_json,
             "server_params": self.server_params_json or ""})
         msg.content = content
