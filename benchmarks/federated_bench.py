@@ -3,6 +3,10 @@ DeepReduce-compressed FedAvg in both directions (docs/federated.md).
 
     python benchmarks/federated_bench.py --rounds=50
     python benchmarks/federated_bench.py --configs=fedavg,golomb_qsgd --rounds=5 --clients=20
+    python benchmarks/federated_bench.py --task=ncf --per_round=50 --lr=0.005 --epochs=2
+
+--task=ncf: NeuMF on MovieLens-100K with one client per user (see
+MovieLensNCF); the rest of this text describes --task=fmnist, the default.
 
 Fashion-MNIST (the Debian package dataset-fashion-mnist; synthetic data with a
 notice without it) split non-IID over --clients clients by a Dirichlet(alpha)
@@ -10,20 +14,29 @@ draw per class (the usual LDA split), --per_round sampled per round, each
 training a small CNN for --epochs local epochs (SGD). The server evaluates the
 global model on the test split. Every configuration runs in its own process
 (one Flower simulation each) with the same seed: same split, same initial
-model (built before the simulation starts), same local training seeds per
-client and round; which clients are sampled differs between runs (Flower
-samples node ids, which are random per run). Prints one table (bytes per direction relative
-to FedAvg, test accuracy) and writes the JSON and a plot of test accuracy
-against total bytes. Column "version": a downlink version's payload relative
-to the dense model, i.e. the downlink ratio if every client received every
-version (DeepReduce's paper's accounting); "down vs FedAvg" is what the
-sampled clients actually needed (dense at first contact, then the chain of
-versions they missed).
+model (built before the simulation starts), same clients sampled in each
+round (FedAvg's sampling seeded per round over the node ids in sorted order;
+the k-th smallest node id trains partition k: Flower's node ids are random
+per run), same local training seeds per client and round. Prints one table
+(bytes per direction relative to FedAvg, test accuracy) and writes the JSON
+and a plot of test accuracy against total bytes.
+
+--downlink=versions (default): the server's versions, a sampled client gets
+the chain of versions it missed or the dense model (first contact); column
+"version" is a version's payload relative to the dense model, i.e. the
+downlink ratio if every client received every version (DeepReduce's paper's
+accounting). --downlink=per_node: one payload per message, the difference
+between the model and what that client holds; with --initial_on_clients the
+clients rebuild the initial model from the seed, so no message is dense.
+--min_size=N: tensors under N elements travel dense (the library's default
+1024; 100 compresses every weight tensor of the CNN, as the paper's
+Algorithm 2 compresses every tensor of more than one dimension).
 """
 import argparse
 import json
 import math
 import os
+import random
 import subprocess
 import sys
 import time
@@ -86,6 +99,135 @@ def compile_model(model, lr):
     return model
 
 
+class FashionMNIST:
+    """The small CNN on Fashion-MNIST split by Dirichlet(alpha) over --clients."""
+
+    metric = "accuracy"
+
+    def __init__(self, args):
+        self.args = args
+        self.num_clients = args.clients
+        self.train = self.parts = None
+
+    def build_model(self):
+        return build_model()
+
+    def compile(self, model):
+        return compile_model(model, self.args.lr)
+
+    def client_data(self, pid):
+        from deepreduce_tf.data import load_fashion_mnist
+
+        if self.train is None:
+            self.train = load_fashion_mnist("train", stream=None)
+            self.parts = dirichlet_split(self.train.labels, self.num_clients, self.args.alpha,
+                                         self.args.seed)
+        idx = self.parts[pid]
+        return (self.train.images[idx, :, :, None].astype(np.float32) / 255.0,
+                self.train.labels[idx].astype(np.int64))
+
+    def rowwise_keys(self, model):
+        return []
+
+    def evaluator(self):
+        from deepreduce_tf.data import load_fashion_mnist
+
+        test = load_fashion_mnist("test", stream=None)
+        tx = test.images[:, :, :, None].astype(np.float32) / 255.0
+        ty = test.labels.astype(np.int64)
+        return lambda model: float(model.evaluate(tx, ty, batch_size=1000, verbose=0)[1])
+
+
+class MovieLensNCF:
+    """NeuMF on MovieLens-100K, one client per user (943): a client's data is
+    its user's training interactions with 4 sampled negatives each (the NCF
+    leave-one-out split, deepreduce_tf.movielens); the server evaluates HR@10
+    of every user's held-out item among 100 candidates. The embedding tables
+    are averaged row-wise (RowwiseMean): a user's row changes only at its
+    own client."""
+
+    metric = "hit_rate"
+
+    def __init__(self, args):
+        from deepreduce_tf import movielens
+
+        self.args = args
+        self.data = movielens.load_ncf(seed=args.seed, allow_synthetic=False, stream=None)
+        self.num_clients = int(self.data.num_users)
+        users = self.data.train[0]
+        order = np.argsort(users, kind="stable")
+        cuts = np.searchsorted(users[order], np.arange(self.num_clients + 1))
+        self.rows = [order[cuts[u]:cuts[u + 1]] for u in range(self.num_clients)]
+
+    def build_model(self):
+        from deepreduce_tf import models
+
+        return models.neumf(self.data.num_users, self.data.num_items)
+
+    def compile(self, model):
+        import keras
+
+        model.compile(optimizer=keras.optimizers.Adam(self.args.lr),
+                      loss=keras.losses.BinaryCrossentropy(from_logits=True))
+        return model
+
+    def client_data(self, pid):
+        users, items, labels = self.data.train
+        idx = self.rows[pid]
+        return (users[idx], items[idx]), labels[idx].astype(np.float32)
+
+    def rowwise_keys(self, model):
+        return [str(i) for i, w in enumerate(model.weights) if "embedding" in w.path]
+
+    def evaluator(self):
+        from deepreduce_tf import movielens
+
+        return lambda model: float(movielens.evaluate(model, self.data, k=10)[0])
+
+
+TASKS = {"fmnist": FashionMNIST, "ncf": MovieLensNCF}
+
+
+class SortedGrid:
+    """A Flower Grid whose node ids come in sorted order (what FedAvg
+    samples from)."""
+
+    def __init__(self, grid, ids):
+        self._grid, self._ids = grid, ids
+
+    def get_node_ids(self):
+        return list(self._ids)
+
+    def __getattr__(self, name):
+        return getattr(self._grid, name)
+
+
+def seeded_sampling(fedavg, seed, on_messages=None):
+    """Makes FedAvg's sampling the same in every run whatever the node ids:
+    seeded per round, over the node ids in sorted order; each message's
+    config gets 'partition', the node's rank in that order (the data it
+    trains). on_messages(round, messages) sees each round's messages."""
+    from flwr.app import ConfigRecord, RecordDict
+
+    configure = fedavg.configure_train
+
+    def sampled(rnd, arrays, config, grid):
+        ids = sorted(grid.get_node_ids())
+        partition = {n: k for k, n in enumerate(ids)}
+        random.seed(seed * 1_000_003 + rnd)
+        messages = list(configure(rnd, arrays, config, SortedGrid(grid, ids)))
+        for m in messages:  # FedAvg's messages share one RecordDict
+            content = RecordDict(dict(m.content.items()))
+            content["config"] = ConfigRecord(
+                dict(m.content["config"], partition=partition[m.metadata.dst_node_id]))
+            m.content = content
+        if on_messages is not None:
+            on_messages(rnd, messages)
+        return messages
+
+    fedavg.configure_train = sampled
+
+
 def run_one(args):
     """One configuration: a Flower simulation; prints RESULT <json>."""
     import keras
@@ -95,39 +237,42 @@ def run_one(args):
     from flwr.serverapp.strategy import FedAvg
     from flwr.simulation import run_simulation
 
-    from deepreduce_tf.data import load_fashion_mnist
-    from deepreduce_tf.federated import DeepReduceStrategy, deepreduce_mod
+    from deepreduce_tf.federated import DeepReduceMod, DeepReduceStrategy, RowwiseMean
 
     params = CONFIGS[args.one]
+    if params is not None and args.min_size is not None:
+        params = dict(params, min_size=args.min_size)
+    task = TASKS[args.task](args)
     cache = {}
     # The initial model, before any other thread runs TensorFlow ops.
     keras.utils.set_random_seed(args.seed)
-    initial = build_model().get_weights()
+    first = task.build_model()
+    initial = first.get_weights()
+    rowwise = task.rowwise_keys(first)
 
-    def client_data(pid):
-        if "train" not in cache:
-            train = load_fashion_mnist("train", stream=None)
-            cache["train"] = train
-            cache["parts"] = dirichlet_split(train.labels, args.clients, args.alpha, args.seed)
-            cache["model"] = compile_model(build_model(), args.lr)
-        train, idx = cache["train"], cache["parts"][pid]
-        return (train.images[idx, :, :, None].astype(np.float32) / 255.0,
-                train.labels[idx].astype(np.int64))
+    def initial_model():  # what a client rebuilds from the seed
+        keras.utils.set_random_seed(args.seed)
+        return task.build_model().get_weights()
 
-    client = ClientApp(mods=[deepreduce_mod])
+    client = ClientApp(mods=[DeepReduceMod(initial_model=initial_model)])
 
     @client.train()
     def train(msg, context):
-        pid = int(context.node_config["partition-id"])
-        x, y = client_data(pid)
+        pid = int(msg.content["config"]["partition"])
+        x, y = task.client_data(pid)
+        if "model" not in cache:
+            cache["model"] = task.compile(task.build_model())
         model = cache["model"]
         model.set_weights(msg.content["arrays"].to_numpy_ndarrays())
+        for v in model.optimizer.variables:  # a fresh optimizer state per client and round
+            if not v.path.endswith("learning_rate"):
+                v.assign(np.zeros(v.shape, v.dtype))
         rnd = int(msg.content["config"]["server-round"])
         keras.utils.set_random_seed(args.seed * 1_000_003 + rnd * 1009 + pid)
-        if len(x):
+        if len(y):
             model.fit(x, y, batch_size=args.batch_size, epochs=args.epochs, verbose=0)
         return Message(RecordDict({"arrays": ArrayRecord(model.get_weights()),
-                                   "metrics": MetricRecord({"num-examples": max(len(x), 1)})}),
+                                   "metrics": MetricRecord({"num-examples": max(len(y), 1)})}),
                        reply_to=msg)
 
     server = ServerApp()
@@ -135,28 +280,28 @@ def run_one(args):
 
     @server.main()
     def main(grid, context):
-        test = load_fashion_mnist("test", stream=None)
-        tx = test.images[:, :, :, None].astype(np.float32) / 255.0
-        ty = test.labels.astype(np.int64)
-        model = compile_model(build_model(), args.lr)
+        model = task.compile(task.build_model())
+        score = task.evaluator()
         curve = []
 
         def evaluate(rnd, arrays):
             if rnd % args.eval_every and rnd != args.rounds:
                 return None
             model.set_weights(arrays.to_numpy_ndarrays())
-            _, acc = model.evaluate(tx, ty, batch_size=1000, verbose=0)
-            curve.append({"round": rnd, "accuracy": float(acc),
+            value = score(model)
+            curve.append({"round": rnd, task.metric: value,
                           "bytes": sum(r["down_bytes"] + r["up_bytes"]
                                        for r in rows()[:rnd])})
-            print(f"[{args.one}] round {rnd}: test accuracy {acc:.4f}", file=sys.stderr,
+            print(f"[{args.one}] round {rnd}: test {task.metric} {value:.4f}", file=sys.stderr,
                   flush=True)
-            return MetricRecord({"accuracy": float(acc)})
+            return MetricRecord({task.metric: value})
 
-        fedavg = FedAvg(fraction_train=args.per_round / args.clients,
-                        min_train_nodes=args.per_round, min_available_nodes=args.clients,
+        fedavg = FedAvg(fraction_train=args.per_round / task.num_clients,
+                        min_train_nodes=args.per_round, min_available_nodes=task.num_clients,
                         fraction_evaluate=0.0)
-        strategy = fedavg if params is None else DeepReduceStrategy(fedavg, params)
+        inner = RowwiseMean(fedavg, rowwise) if rowwise else fedavg
+        strategy = inner if params is None else DeepReduceStrategy(
+            inner, params, downlink=args.downlink, initial_on_clients=args.initial_on_clients)
         dense = sum(w.nbytes for w in initial)
         fedavg_rows = []
 
@@ -165,54 +310,116 @@ def run_one(args):
                 return strategy.rounds
             return fedavg_rows
 
-        if params is None:  # FedAvg's bytes: the dense model per message, each way
-            configure = fedavg.configure_train
-
-            def counted(rnd, arrays, config, grid_):
-                messages = list(configure(rnd, arrays, config, grid_))
+        def counted(rnd, messages):
+            if params is None:  # FedAvg's bytes: the dense model per message, each way
                 fedavg_rows.append({"round": rnd, "down_messages": len(messages),
                                     "down_bytes": dense * len(messages),
                                     "up_messages": len(messages),
                                     "up_bytes": dense * len(messages), "rejected": 0,
                                     "dense_bytes": dense})
-                return messages
 
-            fedavg.configure_train = counted
+        seeded_sampling(fedavg, args.seed, counted)
         start = time.perf_counter()
         strategy.start(grid=grid, initial_arrays=ArrayRecord(initial), num_rounds=args.rounds,
                        evaluate_fn=evaluate)
         out.update(config=args.one, params=params, description=DESCRIPTIONS[args.one],
+                   downlink=None if params is None else args.downlink,
+                   initial_on_clients=params is not None and args.initial_on_clients,
+                   task=args.task, metric=task.metric, rowwise=rowwise,
                    rounds=rows(), curve=curve, dense_bytes=dense,
                    rejected=getattr(strategy, "rejected", []),
                    wall_s=time.perf_counter() - start)
 
-    run_simulation(server_app=server, client_app=client, num_supernodes=args.clients,
+    run_simulation(server_app=server, client_app=client, num_supernodes=task.num_clients,
                    backend_config={"client_resources": {"num_cpus": 1}})
     print("RESULT " + json.dumps(out))
+
+
+LAST = 3  # evaluations averaged in the seeds table (one evaluation is noisy)
+
+
+def figures(r):
+    """One run's bytes per direction relative to FedAvg's for the same
+    messages, a version's payload relative to the dense model (None: no
+    versions), and the final test metric."""
+    rounds = r["rounds"]
+    down = sum(x["down_bytes"] for x in rounds)
+    up = sum(x["up_bytes"] for x in rounds)
+    fed_down = r["dense_bytes"] * sum(x["down_messages"] for x in rounds)
+    fed_up = r["dense_bytes"] * sum(x["up_messages"] for x in rounds)
+    versions = sum(x.get("versions", 0) for x in rounds)
+    version = (sum(x.get("version_bytes", 0) for x in rounds) / (versions * r["dense_bytes"])
+               if versions else (1.0 if r["config"] == "fedavg" else None))
+    metric = r.get("metric", "accuracy")
+    last = [c[metric] for c in r["curve"][-LAST:]]
+    return {"down_round": down / len(rounds), "up_round": up / len(rounds),
+            "down": down / fed_down, "up": up / fed_up, "version": version,
+            "total": (down + up) / (fed_down + fed_up),
+            "final": last[-1] if last else math.nan,
+            "last": float(np.mean(last)) if last else math.nan}
+
+
+def _metric_name(results):
+    return "HR@10" if results and results[0].get("metric") == "hit_rate" else "test acc."
 
 
 def table(results):
     base = next((r for r in results if r["config"] == "fedavg"), None)
     lines = [f"{'configuration':<18} | {'down B/round':>12} | {'up B/round':>11} | "
              f"{'down vs FedAvg':>14} | {'version':>7} | {'up vs FedAvg':>12} | "
-             f"{'total':>6} | {'test acc.':>9} | {'vs FedAvg':>9}"]
+             f"{'total':>6} | {_metric_name(results):>9} | {'vs FedAvg':>9}"]
     for r in results:
-        rounds = r["rounds"]
-        down = sum(x["down_bytes"] for x in rounds)
-        up = sum(x["up_bytes"] for x in rounds)
-        fed_down = r["dense_bytes"] * sum(x["down_messages"] for x in rounds)
-        fed_up = r["dense_bytes"] * sum(x["up_messages"] for x in rounds)
-        versions = sum(x.get("versions", 0) for x in rounds)
-        version = (sum(x.get("version_bytes", 0) for x in rounds) / (versions * r["dense_bytes"])
-                   if versions else 1.0)
-        acc = r["curve"][-1]["accuracy"] if r["curve"] else math.nan
-        delta = (f"{100 * (acc - base['curve'][-1]['accuracy']):+.2f} pts"
+        f = figures(r)
+        version = "-" if f["version"] is None else f"{f['version']:.4f}"
+        delta = (f"{100 * (f['final'] - figures(base)['final']):+.2f} pts"
                  if base and base["curve"] else "-")
-        lines.append(f"{r['config']:<18} | {down / len(rounds):>12,.0f} | "
-                     f"{up / len(rounds):>11,.0f} | {down / fed_down:>14.4f} | "
-                     f"{version:>7.4f} | {up / fed_up:>12.4f} | "
-                     f"{(down + up) / (fed_down + fed_up):>6.4f} | "
-                     f"{acc:>9.4f} | {delta:>9}")
+        lines.append(f"{r['config']:<18} | {f['down_round']:>12,.0f} | "
+                     f"{f['up_round']:>11,.0f} | {f['down']:>14.4f} | "
+                     f"{version:>7} | {f['up']:>12.4f} | {f['total']:>6.4f} | "
+                     f"{f['final']:>9.4f} | {delta:>9}")
+    return "\n".join(lines)
+
+
+def seeds_table(records):
+    """records: the JSON records of runs of the same settings with different
+    seeds. Per configuration: its seeds, the bytes relative to FedAvg per
+    direction (mean over seeds), the final metric per seed, its mean ± sd
+    (ddof 1), and the difference to FedAvg of the same seed (same sampled
+    clients) in points, mean ± sd: of the final metric, and of the mean of
+    the last LAST evaluations."""
+    runs = {}
+    for rec in records:
+        seed = rec["settings"]["seed"]
+        for r in rec["results"]:
+            runs.setdefault(r["config"], {})[seed] = figures(r)
+    name = _metric_name([r for rec in records for r in rec["results"]])
+    lines = [f"| configuration | seeds | down vs FedAvg | up vs FedAvg | total | {name} per seed "
+             f"| mean ± sd | vs FedAvg (same seed), pts | last {LAST} evaluations vs FedAvg, pts |",
+             "|---|--:|--:|--:|--:|---|--:|--:|--:|"]
+
+    def mean_sd(values):
+        values = np.asarray(values, np.float64)
+        sd = values.std(ddof=1) if len(values) > 1 else math.nan
+        return values.mean(), sd
+
+    base = runs.get("fedavg", {})
+    for config, by_seed in runs.items():
+        seeds = sorted(by_seed)
+        finals = [by_seed[s]["final"] for s in seeds]
+        m, sd = mean_sd(finals)
+        vs = []
+        for key in ("final", "last"):
+            paired = [100 * (by_seed[s][key] - base[s][key]) for s in seeds if s in base]
+            if config == "fedavg" or not paired:
+                vs.append("–")
+            else:
+                pm, psd = mean_sd(paired)
+                vs.append(f"{pm:+.2f}" + ("" if math.isnan(psd) else f" ± {psd:.2f}"))
+        ratio = {k: np.mean([by_seed[s][k] for s in seeds]) for k in ("down", "up", "total")}
+        lines.append(f"| {config} | {len(seeds)} | {ratio['down']:.4f} | {ratio['up']:.4f} | "
+                     f"{ratio['total']:.4f} | {', '.join(f'{v:.4f}' for v in finals)} | "
+                     f"{m:.4f}" + ("" if math.isnan(sd) else f" ± {sd:.4f}")
+                     + f" | {vs[0]} | {vs[1]} |")
     return "\n".join(lines)
 
 
@@ -225,11 +432,14 @@ def plot(results, path):
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for r in results:
         points = [c for c in r["curve"] if c["bytes"] > 0]  # round 0: nothing sent yet
-        ax.plot([c["bytes"] / 2 ** 20 for c in points], [c["accuracy"] for c in points],
+        ax.plot([c["bytes"] / 2 ** 20 for c in points],
+                [c[r.get("metric", "accuracy")] for c in points],
                 marker="o", ms=3, label=r["config"])
     ax.set_xscale("log")
     ax.set_xlabel("bytes sent, both directions, cumulative (MiB, log scale)")
-    ax.set_ylabel("test accuracy (Fashion-MNIST, 10,000 images)")
+    ax.set_ylabel("test HR@10 (MovieLens-100K, 943 users)"
+                  if results[0].get("metric") == "hit_rate"
+                  else "test accuracy (Fashion-MNIST, 10,000 images)")
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
@@ -238,6 +448,9 @@ def plot(results, path):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--task", default="fmnist", choices=sorted(TASKS),
+                        help="fmnist: a CNN on Fashion-MNIST over --clients non-IID clients; "
+                             "ncf: NeuMF on MovieLens-100K, one client per user (943)")
     parser.add_argument("--configs", default=",".join(CONFIGS))
     parser.add_argument("--rounds", type=int, default=50)
     parser.add_argument("--clients", type=int, default=100)
@@ -248,10 +461,30 @@ def main(argv=None):
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--eval_every", type=int, default=5)
+    parser.add_argument("--downlink", default="versions", choices=["versions", "per_node"],
+                        help="versions: chains of the server's versions (dense at first "
+                             "contact); per_node: one payload per message over what the "
+                             "client holds")
+    parser.add_argument("--initial_on_clients", action="store_true",
+                        help="with --downlink=per_node: clients rebuild the initial model "
+                             "from the seed, so no message is dense")
+    parser.add_argument("--min_size", type=int, default=None,
+                        help="tensors under this many elements travel dense [library: 1024]")
     parser.add_argument("--out", default="federated_bench.json")
     parser.add_argument("--plot", default="federated_bench.png")
+    parser.add_argument("--summarize", metavar="JSON,JSON,...",
+                        help="print the seeds table of these output files and exit")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.summarize:
+        records = []
+        for path in args.summarize.split(","):
+            with open(path) as f:
+                records.append(json.load(f))
+        print(seeds_table(records))
+        return 0
+    if args.initial_on_clients and args.downlink != "per_node":
+        parser.error("--initial_on_clients needs --downlink=per_node")
     if args.one:
         return run_one(args)
     names = [c for c in args.configs.split(",") if c]

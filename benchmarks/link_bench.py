@@ -18,13 +18,28 @@ Each (link, configuration) runs deepreduce-bench twice in the namespaces,
 with --num_batches=S and 2S (no evaluation, no codec timing): the bytes that
 crossed every worker's interface in the second run minus the first, divided
 by S, are the wire bytes of one training step (model broadcast, connection
-setup and shutdown cancel out). The table prints per worker and step:
-  wire B/step        bytes the worker's interface transmitted (Ethernet frames,
-                     mean over workers)
+setup and shutdown cancel out). The table prints per step, for task 0 (whose
+accounted bytes the results report; the JSON has every worker's bytes):
+  wire B/step        bytes task 0's interface transmitted (Ethernet frames)
   accounted B/step   what the library accounts as sent (payload bytes; for TF's
                      own all-reduce, the dense gradient bytes)
   wire / accounted   framing, lengths exchange and TCP/IP overhead
+  frames/step        Ethernet frames the interface transmitted (ACKs included)
+  (wire - headers) / accounted
+                     the same without 66 B of Ethernet/IP/TCP headers per frame:
+                     what travels besides the payload and the packets' headers
+                     (gRPC framing, frame margins and padding)
   median step ms     of the longer run (task 0)
+
+Time to accuracy (--train_steps=N): each (link, configuration, seed) then
+runs S steps without evaluation and N steps evaluating every --eval_every
+steps (cosine learning rate over the N steps). Wire bytes per step are the
+difference of the two runs' interface bytes over N - S steps (broadcast and
+setup cancel out again). The table adds the training time until the first
+evaluation at or above --target (task 0's summed step times: graph tracing
+included, evaluation excluded), the final test metric (accuracy; HR@10 for
+ncf), and, with several --seeds, a summary of mean +- sd per configuration;
+--plot draws the test metric against training time, one panel per link.
 
 Needs root and network namespaces; without them it stops with one line and
 exit code 2. Configurations are deepreduce-bench --compare presets
@@ -162,12 +177,13 @@ class Network:
                         _tc(where, "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate,
                             "burst", burst, "latency", "100ms")
 
-    def tx_bytes(self):
-        """Bytes each worker's interface has transmitted so far."""
+    def tx_counts(self, what="bytes"):
+        """What each worker's interface has transmitted so far: 'bytes' or
+        'packets' (Ethernet frames)."""
         out = []
         for ns in self.worker_ns:
             proc = subprocess.run(["ip", "netns", "exec", ns, "cat",
-                                   f"/sys/class/net/{self.device}/statistics/tx_bytes"],
+                                   f"/sys/class/net/{self.device}/statistics/tx_{what}"],
                                   capture_output=True, text=True, check=True)
             out.append(int(proc.stdout))
         return out
@@ -192,7 +208,7 @@ def run_workers(net, bench_args, steps, out_dir, timeout, python=sys.executable)
     results dict, tx bytes per worker during the run)."""
     hosts = ",".join(f"{a}:{PORT}" for a in net.addresses)
     os.makedirs(out_dir, exist_ok=True)
-    before = net.tx_bytes()
+    before = list(zip(net.tx_counts("bytes"), net.tx_counts("packets")))
     procs, logs = [], []
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     try:
@@ -226,10 +242,32 @@ def run_workers(net, bench_args, steps, out_dir, timeout, python=sys.executable)
         _kill(procs)
         for log in logs:
             log.close()
-    after = net.tx_bytes()
+    after = list(zip(net.tx_counts("bytes"), net.tx_counts("packets")))
     with open(os.path.join(out_dir, "results.json")) as f:
         results = json.load(f)
-    return results, [a - b for a, b in zip(after, before)]
+    return results, [(a[0] - b[0], a[1] - b[1]) for a, b in zip(after, before)]
+
+
+# Ethernet (14) + IPv4 (20) + TCP with timestamps (32) header bytes per frame.
+FRAME_HEADERS = 66
+
+
+def _wire(tx_short, tx_long, steps, accounted):
+    """Per step: bytes and frames on the interfaces (the longer run minus the
+    shorter over their `steps` difference), against the accounted bytes.
+    The accounted bytes are task 0's (the chief writes the results), so the
+    wire columns are task 0's interface too: the workers' payloads differ
+    (each compresses its own gradient), and over a few steps the mean of the
+    workers can fall below task 0's payload. 'beyond_headers' = (wire - 66 B
+    per frame) / accounted, i.e. what is sent beyond the payload besides the
+    packets' own headers."""
+    per_worker = [(b[0] - a[0]) / steps for a, b in zip(tx_short, tx_long)]
+    wire = per_worker[0]
+    frames = (tx_long[0][1] - tx_short[0][1]) / steps
+    return {"wire_bytes_per_step": wire, "wire_bytes_per_worker": per_worker,
+            "wire_frames_per_step": frames, "accounted_bytes_per_step": accounted,
+            "wire_per_accounted": wire / accounted if accounted else None,
+            "beyond_headers": (wire - FRAME_HEADERS * frames) / accounted if accounted else None}
 
 
 def measure(net, preset_flags, steps, out_dir, timeout, extra=()):
@@ -237,17 +275,120 @@ def measure(net, preset_flags, steps, out_dir, timeout, extra=()):
     args = list(preset_flags) + ["--eval=false"] + list(extra)
     short, tx_short = run_workers(net, args, steps, os.path.join(out_dir, "short"), timeout)
     long, tx_long = run_workers(net, args, 2 * steps, os.path.join(out_dir, "long"), timeout)
-    per_worker = [(b - a) / steps for a, b in zip(tx_short, tx_long)]
-    wire = sum(per_worker) / len(per_worker)
     metrics = long["metrics"]
     accounted = metrics["sent_bytes_per_step"]
     if not accounted:  # TF's own all-reduce: the dense gradient
         accounted = metrics["dense_bytes_per_step"]
-    return {"wire_bytes_per_step": wire, "wire_bytes_per_worker": per_worker,
-            "accounted_bytes_per_step": accounted,
-            "wire_per_accounted": wire / accounted if accounted else None,
-            "step_time_median_ms": metrics["step_time_median_ms"],
-            "short_steps": steps, "long_steps": 2 * steps}
+    return dict(_wire(tx_short, tx_long, steps, accounted),
+                step_time_median_ms=metrics["step_time_median_ms"], short_steps=steps,
+                long_steps=2 * steps)
+
+
+def train(net, preset_flags, steps, train_steps, eval_every, seed, out_dir, timeout,
+          extra=()):
+    """One training run with evaluation over the network, and its wire bytes:
+    a run of `steps` steps without evaluation, then one of `train_steps`
+    steps; the difference of their interface bytes over train_steps - steps
+    is the traffic of one training step."""
+    common = list(preset_flags) + [f"--seed={seed}"]
+    short, tx_short = run_workers(net, common + ["--eval=false"] + list(extra), steps,
+                                  os.path.join(out_dir, "short"), timeout)
+    args = common + ["--eval", f"--eval_every={eval_every}", "--lr_schedule=cosine"]
+    results, tx_long = run_workers(net, args + list(extra), train_steps,
+                                   os.path.join(out_dir, "train"), timeout)
+    metrics = results["metrics"]
+    # The same window of steps as the wire bytes (a warm-up's larger first
+    # steps are in both runs and cancel out).
+    accounted = (metrics["total_sent_bytes"] - short["metrics"]["total_sent_bytes"]) / (
+        train_steps - steps)
+    metric = results["model_metric"]
+    curve = [(e["wall_s"], e["step"], e[metric]) for e in results["eval_history"]]
+    return dict(_wire(tx_short, tx_long, train_steps - steps, accounted),
+                step_time_median_ms=metrics["step_time_median_ms"], seed=seed, metric=metric,
+                final=curve[-1][2], train_s=curve[-1][0], curve=curve, short_steps=steps,
+                long_steps=train_steps)
+
+
+def time_to_target(curve, target):
+    """Training seconds at the first evaluation at or above target (None:
+    never reached)."""
+    for wall_s, _, value in curve:
+        if value >= target:
+            return wall_s
+    return None
+
+
+def train_table(rows, target):
+    head = ("link", "configuration", "seed", "median step ms", f"time to {target:g} s",
+            "train s", "final", "wire B/step", "accounted B/step", "wire / accounted")
+    lines = ["| " + " | ".join(head) + " |", "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    for r in rows:
+        reached = time_to_target(r["curve"], target)
+        lines.append(f"| {r['link']} | {r['config']} | {r['seed']} | "
+                     f"{r['step_time_median_ms']:.0f} | "
+                     f"{'not reached' if reached is None else f'{reached:.1f}'} | "
+                     f"{r['train_s']:.1f} | {r['final']:.4f} | "
+                     f"{r['wire_bytes_per_step']:,.0f} | {r['accounted_bytes_per_step']:,.0f} | "
+                     f"{r['wire_per_accounted']:.3f} |")
+    return "\n".join(lines)
+
+
+def seeds_table(rows, target):
+    """Mean +- sd of the final metric and the time to target per (link,
+    configuration) over its seeds."""
+    import statistics
+
+    groups = {}
+    for r in rows:
+        groups.setdefault((r["link"], r["config"]), []).append(r)
+    lines = ["| link | configuration | seeds | final (each seed) | final mean ± sd | "
+             f"time to {target:g} s (mean of reached) | reached |",
+             "|---|---|--:|---|--:|--:|--:|"]
+    for (link, config), rs in groups.items():
+        finals = [r["final"] for r in rs]
+        sd = statistics.stdev(finals) if len(finals) > 1 else 0.0
+        times = [t for t in (time_to_target(r["curve"], target) for r in rs) if t is not None]
+        mean_t = f"{sum(times) / len(times):.1f}" if times else "–"
+        lines.append(f"| {link} | {config} | {len(rs)} | "
+                     f"{', '.join(f'{f:.4f}' for f in finals)} | "
+                     f"{statistics.fmean(finals):.4f} ± {sd:.4f} | {mean_t} | "
+                     f"{len(times)}/{len(rs)} |")
+    return "\n".join(lines)
+
+
+def plot(rows, target, path):
+    """Test metric against training seconds, one panel per link, one colour
+    per configuration (every seed drawn)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    links = list(dict.fromkeys(r["link"] for r in rows))
+    configs = list(dict.fromkeys(r["config"] for r in rows))
+    colours = {c: f"C{i}" for i, c in enumerate(configs)}
+    fig, axes = plt.subplots(1, len(links), figsize=(4.2 * len(links), 3.6), squeeze=False,
+                             sharey=True)
+    for ax, link in zip(axes[0], links):
+        seen = set()
+        for r in rows:
+            if r["link"] != link:
+                continue
+            xs = [c[0] for c in r["curve"]]
+            ys = [c[2] for c in r["curve"]]
+            label = None if r["config"] in seen else r["config"]
+            seen.add(r["config"])
+            ax.plot(xs, ys, color=colours[r["config"]], marker=".", linewidth=1.2,
+                    alpha=0.9, label=label)
+        ax.axhline(target, color="grey", linestyle="--", linewidth=0.8)
+        ax.set_title(link)
+        ax.set_xlabel("training time (s)")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel(f"test {rows[0]['metric']}")
+    axes[0][0].legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def _preset_flags(name):
@@ -262,12 +403,13 @@ def _preset_flags(name):
 
 def table(rows):
     head = ("link", "configuration", "median step ms", "wire B/step", "accounted B/step",
-            "wire / accounted")
-    lines = ["| " + " | ".join(head) + " |", "|---|---|--:|--:|--:|--:|"]
+            "wire / accounted", "frames/step", "(wire - headers) / accounted")
+    lines = ["| " + " | ".join(head) + " |", "|---|---|--:|--:|--:|--:|--:|--:|"]
     for r in rows:
         lines.append(f"| {r['link']} | {r['config']} | {r['step_time_median_ms']:.0f} | "
                      f"{r['wire_bytes_per_step']:,.0f} | {r['accounted_bytes_per_step']:,.0f} | "
-                     f"{r['wire_per_accounted']:.3f} |")
+                     f"{r['wire_per_accounted']:.3f} | {r['wire_frames_per_step']:.1f} | "
+                     f"{r['beyond_headers']:.3f} |")
     return "\n".join(lines)
 
 
@@ -287,6 +429,13 @@ def main(argv=None):
     p.add_argument("--timeout", type=int, default=900, help="seconds per deepreduce-bench run")
     p.add_argument("--out_dir", default=None, help="logs and results (default: a temp dir)")
     p.add_argument("--json", default=None, help="write the rows as JSON here")
+    p.add_argument("--train_steps", type=int, default=0,
+                   help="time-to-accuracy mode: train this many steps with evaluation")
+    p.add_argument("--eval_every", type=int, default=50, help="with --train_steps")
+    p.add_argument("--target", type=float, default=0.85,
+                   help="with --train_steps: the test metric whose first crossing is timed")
+    p.add_argument("--seeds", default="0", help="with --train_steps: comma list of seeds")
+    p.add_argument("--plot", default=None, help="with --train_steps: PNG of metric vs time")
     args = p.parse_args(argv)
     try:
         links = [l for l in args.links.split(",") if l]
@@ -295,6 +444,14 @@ def main(argv=None):
                 raise HarnessError(f"unknown link {link!r}; valid: {', '.join(LINKS)}")
         if args.workers < 2 or args.steps < 1:
             raise HarnessError("--workers must be >= 2 and --steps >= 1")
+        try:
+            seeds = [int(x) for x in args.seeds.split(",") if x]
+        except ValueError:
+            raise HarnessError(f"--seeds must be integers, got {args.seeds!r}") from None
+        if args.train_steps and (args.train_steps <= args.steps or args.eval_every < 1
+                                 or not seeds):
+            raise HarnessError("--train_steps must exceed --steps, --eval_every be >= 1 and "
+                               "--seeds name at least one seed")
         configs = [(c, _preset_flags(c)) for c in args.configs.split(",") if c]
         preflight()
         remove_stale()
@@ -303,6 +460,35 @@ def main(argv=None):
                                "(rate shaping with tbf works; delay emulation does not)")
         out_dir = os.path.abspath(args.out_dir or tempfile.mkdtemp(prefix="link_bench."))
         rows = []
+        if args.train_steps:
+            for link in links:
+                for name, flags in configs:
+                    for seed in seeds:
+                        print(f"[{link} / {name} / seed {seed}] {args.workers} workers, "
+                              f"{args.steps} steps, then {args.train_steps} with evaluation "
+                              "...", file=sys.stderr, flush=True)
+                        net = Network(args.workers, LINKS[link], args.delay_ms)
+                        try:
+                            row = train(net, flags, args.steps, args.train_steps,
+                                        args.eval_every, seed,
+                                        os.path.join(out_dir, link, name, f"seed{seed}"),
+                                        args.timeout, extra)
+                        finally:
+                            net.remove()
+                        row.update(link=link, config=name, workers=args.workers)
+                        rows.append(row)
+                        print(train_table([row], args.target).splitlines()[-1],
+                              file=sys.stderr, flush=True)
+                        if args.json:  # what is done so far survives a later failure
+                            with open(args.json, "w") as f:
+                                json.dump(rows, f, indent=1)
+            print(train_table(rows, args.target))
+            if len(seeds) > 1:
+                print()
+                print(seeds_table(rows, args.target))
+            if args.plot:
+                plot(rows, args.target, args.plot)
+            return 0
         for link in links:
             for name, flags in configs:
                 print(f"[{link} / {name}] {args.workers} workers, {args.steps} and "

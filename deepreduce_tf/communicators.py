@@ -19,7 +19,9 @@
 Both route tf.IndexedSlices (embedding gradients) the same way: each
 replica's slices are compressed with Compressor.compress_slices and
 all-gathered (rows differ between replicas, so they cannot be summed
-element-wise), then concatenated.
+element-wise), then concatenated. step_all() reduces a whole batch, dense
+tensors and slices; Allgather sends its batch payload and all its slices
+payloads in ONE collective (Transport.all_gather_parts).
 
 The transport (deepreduce_tf.transport) moves the bytes: between devices of
 one process, or through TensorFlow's collectives across workers. Adding a
@@ -74,6 +76,11 @@ class Communicator(abc.ABC):
         result must depend on, so that a TF1 graph runs them.
         """
         plan, sums = self.reduce_flat(transport, compressors, tensors_by_replica, keys)
+        return self._finish(transport, plan, sums, average, effects)
+
+    @staticmethod
+    def _finish(transport, plan, sums, average, effects):
+        """The summed buckets -> the reduced tensors on every device."""
         effects = list(effects) + list(transport.effects)
         if effects:
             sums = [guarded(s_, *effects) for s_ in sums]
@@ -92,13 +99,23 @@ class Communicator(abc.ABC):
         """The reduction of one tf.IndexedSlices gradient: compressed with
         compress_slices, all-gathered, decoded once, concatenated; returns a
         copy per device."""
+        payloads, ctx = self._compress_slices(transport, compressors, slices_by_replica, key)
+        received = transport.all_gather(payloads, key=f"slices/{key}")
+        return self._finish_slices(transport, compressors, key, received, payloads, ctx,
+                                   average, effects)
+
+    @staticmethod
+    def _compress_slices(transport, compressors, slices_by_replica, key):
         payloads, ctx = [], None
         for comp, device, sl in zip(compressors, transport.devices, slices_by_replica):
             with tf.device(device):
                 p, c = comp.compress_slices(sl, key)
             payloads.append(p)
             ctx = ctx or c
-        received = transport.all_gather(payloads, key=f"slices/{key}")
+        return payloads, ctx
+
+    def _finish_slices(self, transport, compressors, key, received, payloads, ctx, average,
+                       effects):
         with tf.device(transport.reduce_device):
             effects = list(effects) + self.record_received(compressors, f"slices/{key}",
                                                            received, payloads)
@@ -111,6 +128,22 @@ class Communicator(abc.ABC):
                 values = values / tf.cast(transport.num_replicas, values.dtype)
             total = tf.IndexedSlices(values, total.indices, total.dense_shape)
         return transport.replicate(total)
+
+    def step_all(self, transport, compressors, tensors_by_replica, keys, slices_by_replica,
+                 slice_keys, average=False, effects=()):
+        """A whole batch: its dense tensors (step()) and its tf.IndexedSlices
+        (step_slices()). Returns (dense, slices): dense[d] as step() returns
+        it (None without dense tensors), slices[j][d] the reduced slices j on
+        device d. This default exchanges them one after the other; Allgather
+        sends all of them in one collective."""
+        dense = None
+        if keys:
+            dense = self.step(transport, compressors, tensors_by_replica, keys, average=average,
+                              effects=effects)
+        slices = [self.step_slices(transport, compressors, [s[j] for s in slices_by_replica],
+                                   key, average=average, effects=effects)
+                  for j, key in enumerate(slice_keys)]
+        return dense, slices
 
     @staticmethod
     def record_received(compressors, key, received, sent):
@@ -144,21 +177,63 @@ class Communicator(abc.ABC):
 class Allgather(Communicator):
     name = "allgather"
 
-    def reduce_flat(self, transport, compressors, tensors_by_replica, keys):
+    @staticmethod
+    def _compress_batch(transport, compressors, tensors_by_replica, keys):
         payloads, ctx = [], None
         for comp, device, tensors in zip(compressors, transport.devices, tensors_by_replica):
             with tf.device(device):
                 p, c = comp.compress_batch(tensors, keys)
             payloads.append(p)
             ctx = ctx or c
-        key = "batch/" + "|".join(keys)
-        received = transport.all_gather(payloads, key=key)
+        return payloads, ctx
+
+    def _sum_batch(self, transport, compressors, key, received, payloads, ctx):
         decoder = compressors[0]  # decoding needs the configuration only, no state
         with tf.device(transport.reduce_device):
             ops = self.record_received(compressors, key, received, payloads)
             sums = decoder.decompress_batch_sum(received, ctx)
             sums = [guarded(s_, *ops) for s_ in sums]
         return ctx.plan, sums
+
+    def reduce_flat(self, transport, compressors, tensors_by_replica, keys):
+        payloads, ctx = self._compress_batch(transport, compressors, tensors_by_replica, keys)
+        key = "batch/" + "|".join(keys)
+        received = transport.all_gather(payloads, key=key)
+        return self._sum_batch(transport, compressors, key, received, payloads, ctx)
+
+    def step_all(self, transport, compressors, tensors_by_replica, keys, slices_by_replica,
+                 slice_keys, average=False, effects=()):
+        """The batch payload and every slices payload of each replica travel
+        in ONE all-gather (Transport.all_gather_parts), then decode as in
+        step() and step_slices()."""
+        if not slice_keys or (not keys and len(slice_keys) == 1):
+            return super().step_all(transport, compressors, tensors_by_replica, keys,
+                                    slices_by_replica, slice_keys, average, effects)
+        parts = [[] for _ in transport.devices]
+        batch = None
+        if keys:
+            batch = self._compress_batch(transport, compressors, tensors_by_replica, keys)
+            for d, p in enumerate(batch[0]):
+                parts[d].append(p)
+        sliced = []
+        for j, key in enumerate(slice_keys):
+            payloads, ctx = self._compress_slices(
+                transport, compressors, [s[j] for s in slices_by_replica], key)
+            sliced.append((payloads, ctx))
+            for d, p in enumerate(payloads):
+                parts[d].append(p)
+        received = transport.all_gather_parts(
+            parts, key="step/" + "|".join(list(keys) + [f"slices/{k}" for k in slice_keys]))
+        dense = None
+        if keys:
+            plan, sums = self._sum_batch(transport, compressors, "batch/" + "|".join(keys),
+                                         received[0], *batch)
+            dense = self._finish(transport, plan, sums, average, effects)
+            received = received[1:]
+        slices = [self._finish_slices(transport, compressors, key, got, payloads, ctx, average,
+                                      effects)
+                  for key, got, (payloads, ctx) in zip(slice_keys, received, sliced)]
+        return dense, slices
 
 
 class Allreduce(Communicator):

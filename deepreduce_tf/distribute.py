@@ -445,21 +445,21 @@ class DeepReduceCrossDeviceOps(_DeepReduceState, cdo_lib.CrossDeviceOps):
             effects = [self._count_exchange(r, d) for r, d in enumerate(devices)]
             effects = [e for e in effects if e is not None]
 
-        if dense_ids:
+        if dense_ids or slice_ids:
             keys = _unique([_memory_key(i, n, by_replica[0][i], destinations[i])
                             for i in dense_ids])
-            outs = self.communicator.step(
+            slice_keys = [_memory_key(i, n, by_replica[0][i].values, destinations[i])
+                          for i in slice_ids]
+            dense, slices = self.communicator.step_all(
                 transport, comps, [[vals[i] for i in dense_ids] for vals in by_replica], keys,
+                [[vals[i] for i in slice_ids] for vals in by_replica], slice_keys,
                 average=average, effects=effects)
-            for r, out in enumerate(outs):
+            for r, out in enumerate(dense or []):
                 for i, t in zip(dense_ids, out):
                     per_replica[r][i] = t
-        for i in slice_ids:
-            key = _memory_key(i, n, by_replica[0][i].values, destinations[i])
-            outs = self.communicator.step_slices(transport, comps, [vals[i] for vals in by_replica],
-                                                 key, average=average, effects=effects)
-            for r, t in enumerate(outs):
-                per_replica[r][i] = t
+            for i, outs in zip(slice_ids, slices):
+                for r, t in enumerate(outs):
+                    per_replica[r][i] = t
         self._restore_pending()
         return per_replica, other_ids
 
@@ -619,16 +619,17 @@ class DeepReduceCollectiveOps(_DeepReduceState, cdo_lib.CollectiveAllReduce):
             if self._id_in_cluster is not None:
                 transport.first_rank = self._id_in_cluster * len(self._devices) + replica_id
             effects = [e for e in [self._count_exchange(replica_id, device)] if e is not None]
-        if dense_ids:
+        if dense_ids or slice_ids:
             keys = _unique([_memory_key(i, n, flat[i]) for i in dense_ids])
-            (reduced,) = self.communicator.step(transport, [comp], [[flat[i] for i in dense_ids]],
-                                                keys, average=average, effects=effects)
-            for i, t in zip(dense_ids, reduced):
+            dense, slices = self.communicator.step_all(
+                transport, [comp], [[flat[i] for i in dense_ids]], keys,
+                [[flat[i] for i in slice_ids]], [_memory_key(i, n, flat[i].values)
+                                                 for i in slice_ids],
+                average=average, effects=effects)
+            for i, t in zip(dense_ids, dense[0] if dense else []):
                 out[i] = t
-        for i in slice_ids:
-            (out[i],) = self.communicator.step_slices(
-                transport, [comp], [flat[i]], _memory_key(i, n, flat[i].values), average=average,
-                effects=effects)
+            for i, (t,) in zip(slice_ids, slices):
+                out[i] = t
         self._restore_pending()
         if other_ids:
             exact = cdo_lib.CollectiveAllReduce._all_reduce(  # pylint: disable=protected-access

@@ -44,6 +44,9 @@ Keys (defaults in brackets; every key may be left out):
   seed            base seed (randomk, QSGD rounding, Bloom hashing) [0]
   topk_scope      variable | bucket [variable]   topk, randomk: the K
                   positions are chosen per variable or over a whole fusion bucket
+  topk_skip_zeros True | False [False]   topk: never select a zero, k =
+                  min(ceil(ratio * n), non-zeros) (same decoded tensor, fewer
+                  bytes where an update is exactly zero: embedding rows)
   bucket_cap_mb   > 0 [25.0]   fusion bucket size in MiB (as PyTorch DDP's)
 
 The codec keys (index, value and every codec parameter) come from the codec
@@ -74,7 +77,8 @@ DEEPREDUCE_MODES = (None, "index", "value", "both")
 DEFAULT_CODECS = {"index": "bloom", "value": "polyfit"}
 # Keys of the sparsifier, memory, communicator and compressor; the codec keys
 # (index, value and codec parameters) come from the codec registry.
-GENERAL_KEYS = ("compressor", "compress_ratio", "threshold", "topk_scope", "memory", "beta",
+GENERAL_KEYS = ("compressor", "compress_ratio", "threshold", "topk_scope", "topk_skip_zeros",
+                "memory", "beta",
                 "gamma", "momentum", "communicator", "bucket_cap_mb", "deepreduce", "index",
                 "value", "min_size", "nonfinite", "warmup_steps", "warmup", "clip_norm")
 GENERAL_KEY_ALIASES = {"threshold_val": "threshold"}
@@ -88,6 +92,9 @@ SCOPED_SPARSIFIERS = ("topk", "randomk")
 TOPK_SCOPE = codecs.Param(
     "topk_scope", str, "variable", choices=TOPK_SCOPES,
     help="topk / randomk: select per variable or over a whole fusion bucket")
+TOPK_SKIP_ZEROS = codecs.Param(
+    "topk_skip_zeros", bool, False,
+    help="topk: never select a zero (k = min(ceil(ratio * n), non-zeros))")
 
 
 def _finite(value):
@@ -223,7 +230,7 @@ def from_params(params, variable_factory=None):
     sparsifier_name = get("compressor", "topk" if mode else "none")
     sparsifier_key = sparsifiers.SPARSIFIER_ALIASES.get(sparsifier_name, sparsifier_name)
     _choice("compressor", sparsifier_key, tuple(sparsifiers.SPARSIFIERS))
-    for param in (TOPK_SCOPE, BUCKET_CAP_MB):
+    for param in (TOPK_SCOPE, BUCKET_CAP_MB, TOPK_SKIP_ZEROS):
         if param.key in p:
             param.validate(p[param.key])
     sp_kwargs = {}
@@ -240,6 +247,8 @@ def from_params(params, variable_factory=None):
                              "topk_scope='variable'")
         else:
             used.add("topk_scope")
+        if _accepts(sparsifiers.SPARSIFIERS[sparsifier_key], "skip_zeros"):
+            sp_kwargs["skip_zeros"] = get("topk_skip_zeros", TOPK_SKIP_ZEROS.default)
     elif sparsifier_key == "threshold":
         sp_kwargs["threshold"] = get("threshold", 0.01)
     sparsifier = sparsifiers.make_sparsifier(sparsifier_key, **sp_kwargs)

@@ -1,7 +1,9 @@
 """Sparsifiers: a flat gradient -> the positions it sends (GRACE's compressor).
 
   topk       the k = ceil(compress_ratio * n) largest magnitudes (exact,
-             ties by index); deterministic.
+             ties by index); deterministic. skip_zeros=True never selects
+             a zero: k = min(ceil(compress_ratio * n), non-zeros) (what
+             it leaves out decodes to the same tensor at fewer bytes).
   randomk    k uniformly random positions, a pure function of (seed, n, k):
              every worker draws the same positions for the same step.
   threshold  every position with |x| >= threshold (data-dependent K).
@@ -92,14 +94,23 @@ def _scope(scope):
 class TopK(Sparsifier):
     name = "topk"
 
-    def __init__(self, compress_ratio=0.01, scope="variable"):
+    def __init__(self, compress_ratio=0.01, scope="variable", skip_zeros=False):
         self.compress_ratio = _ratio(compress_ratio)
         self.scope = _scope(scope)
+        if not isinstance(skip_zeros, bool):
+            raise ValueError(f"topk_skip_zeros must be True or False, got {skip_zeros!r}")
+        self.skip_zeros = skip_zeros
 
     def config(self):
-        return {"compress_ratio": self.compress_ratio, "scope": self.scope}
+        cfg = {"compress_ratio": self.compress_ratio, "scope": self.scope}
+        if self.skip_zeros:
+            cfg["skip_zeros"] = True
+        return cfg
 
     def select(self, x, seed):
+        if self.skip_zeros:
+            n = int(x.shape.num_elements())
+            return self._segmented(x, [n], sparsify_ops.segment_ks([n], self.compress_ratio))
         idx, _ = sparsify_ops.top_k_ratio(x, self.compress_ratio)
         return idx
 
@@ -107,8 +118,21 @@ class TopK(Sparsifier):
     def select_segments(self, x, lengths, seed):
         if self.scope == "bucket" or len(lengths) == 1:
             return self.select(x, seed)
-        offsets, ks = _segments(lengths, self.compress_ratio)
-        idx, _ = sparsify_ops.segmented_top_k(x, offsets, ks)
+        return self._segmented(x, list(lengths),
+                               sparsify_ops.segment_ks(lengths, self.compress_ratio))
+
+    def _segmented(self, x, lengths, ks):
+        """segmented_top_k over segments of static `lengths` with ks (numpy
+        or a tensor), capped by each segment's non-zeros with skip_zeros."""
+        import numpy as np
+
+        offsets = np.cumsum([0] + list(lengths), dtype=np.int64)
+        ks = tf.convert_to_tensor(ks, tf.int64)
+        if self.skip_zeros:
+            nonzero = tf.cast(tf.not_equal(tf.reshape(x, [-1]), 0), tf.int64)
+            count = tf.concat([tf.zeros([1], tf.int64), tf.cumsum(nonzero)], 0)
+            ks = tf.minimum(ks, tf.gather(count, offsets[1:]) - tf.gather(count, offsets[:-1]))
+        idx, _ = sparsify_ops.segmented_top_k(x, tf.constant(offsets), ks)
         return idx
 
     def select_ratio(self, x, lengths, ratio):
@@ -116,15 +140,10 @@ class TopK(Sparsifier):
         (0, 1]) instead of compress_ratio: k = min(n, max(1, ceil(ratio * n)))
         per segment (per bucket with scope 'bucket'), the rule of
         sparsify.k_for_ratio."""
-        import numpy as np
-
         lengths = [int(x.shape.num_elements())] if self.scope == "bucket" else list(lengths)
-        offsets = tf.constant(np.cumsum([0] + lengths, dtype=np.int64))
         n = tf.constant(lengths, tf.int64)
         k = tf.cast(tf.math.ceil(ratio * tf.cast(n, tf.float64)), tf.int64)
-        ks = tf.minimum(n, tf.maximum(tf.constant(1, tf.int64), k))
-        idx, _ = sparsify_ops.segmented_top_k(x, offsets, ks)
-        return idx
+        return self._segmented(x, lengths, tf.minimum(n, tf.maximum(tf.constant(1, tf.int64), k)))
 
 
 def _segments(lengths, ratio):

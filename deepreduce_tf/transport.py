@@ -6,6 +6,7 @@ are written once against this small interface:
 
   all_gather(payloads)        uint8 payloads of this call's replicas ->
                               every replica's payload, in global replica order
+  all_gather_parts(parts)     several payloads per replica in one all_gather
   all_reduce(vectors)         lists of same-shaped vectors of this call's
                               replicas -> their element-wise sums
   replicate(tensor)           one tensor -> a copy on every device of this call
@@ -57,6 +58,47 @@ class Transport(abc.ABC):
         num_replicas payloads of the group, in replica order, on
         reduce_device. key: a name of this exchange, the same every step
         (a transport may keep state per exchange)."""
+
+    def all_gather_parts(self, parts_by_device, key=None):
+        """Several payloads per replica in ONE all_gather.
+
+        parts_by_device[d]: this call's device d's uint8 payloads (the same
+        number m on every replica). Each replica sends [m int32 lengths | its
+        parts]; returns received[j][r]: part j of replica r (replica order),
+        on reduce_device. A frame whose lengths do not add up to its size
+        raises InvalidArgumentError."""
+        counts = {len(parts) for parts in parts_by_device}
+        if len(counts) != 1 or not counts.pop():
+            raise ValueError("every device needs the same, non-zero number of parts")
+        m = len(parts_by_device[0])
+        framed = []
+        for device, parts in zip(self.devices, parts_by_device):
+            with tf.device(device):
+                lengths = tf.stack([tf.size(p, out_type=tf.int32) for p in parts])
+                header = tf.reshape(tf.bitcast(lengths, tf.uint8), [-1])
+                framed.append(tf.concat([header] + list(parts), 0))
+        received = self.all_gather(framed, key=key)
+        out = [[] for _ in range(m)]
+        with tf.device(self.reduce_device):
+            for frame in received:
+                short = tf.debugging.assert_greater_equal(
+                    tf.size(frame), 4 * m,
+                    message=f"a gathered frame is shorter than its {m} part lengths")
+                with tf.control_dependencies([short]):
+                    head = tf.identity(frame[:4 * m])
+                lengths = tf.reshape(tf.bitcast(tf.reshape(head, [m, 4]), tf.int32), [m])
+                check = tf.debugging.assert_equal(
+                    tf.reduce_sum(tf.cast(lengths, tf.int64)) + 4 * m,
+                    tf.size(frame, out_type=tf.int64),
+                    message="a gathered frame's part lengths do not add up to its size")
+                check_sign = tf.debugging.assert_non_negative(
+                    lengths, message="a gathered frame has a negative part length")
+                with tf.control_dependencies([check, check_sign]):
+                    ends = 4 * m + tf.cumsum(lengths)
+                starts = ends - lengths
+                for j in range(m):
+                    out[j].append(frame[starts[j]:ends[j]])
+        return out
 
     @abc.abstractmethod
     def all_reduce(self, vectors):

@@ -52,7 +52,7 @@ def png_size(path):
 
 def test_no_compression_flag_is_the_default_comparison():
     config = resolve([])
-    assert config.compare == compare.DEFAULT == ("uncompressed", "golomb_qsgd")
+    assert config.compare == ("uncompressed", "golomb_qsgd_dgc")  # resnet20: momentum SGD
     assert config.eval and config.num_batches == bench_flags.COMPARE_STEPS
     assert config.lr_schedule == "cosine"
     assert config.train_dir == "deepreduce_bench"
@@ -61,7 +61,14 @@ def test_no_compression_flag_is_the_default_comparison():
     expected = "fashion_mnist" if data.find_fashion_mnist() else "synthetic"
     assert config.data_name == expected
     # Settings that are not compression flags keep the comparison.
-    assert resolve(["--seed=3", "--num_batches=7"]).compare == compare.DEFAULT
+    assert resolve(["--seed=3", "--num_batches=7"]).compare == config.compare
+    # Without momentum SGD (ncf's Adam, or asked for) DGC's momentum correction does not
+    # apply: the recommended configuration is golomb_qsgd, and a dgc preset is refused.
+    assert resolve(["--optimizer=adam"]).compare == ("uncompressed", "golomb_qsgd")
+    with pytest.raises(bench_flags.ConfigError, match="preset 'golomb_qsgd_dgc' applies DGC's "
+                       "momentum correction, which needs --optimizer=momentum, not sgd; use "
+                       "'golomb_qsgd' instead"):
+        resolve(["--compare=uncompressed,golomb_qsgd_dgc", "--optimizer=sgd"])
 
 
 @pytest.mark.parametrize("args", [["--compressor=topk"], ["--index=golomb"], ["--bits=7"],
@@ -108,6 +115,10 @@ def test_every_preset_is_a_valid_single_run():
                  "deepreduce": None},
         "golomb_qsgd": {"compressor": "topk", "compress_ratio": 0.01, "memory": "residual",
                         "deepreduce": "both", "index": "golomb", "value": "qsgd", "bits": 7},
+        "golomb_qsgd_dgc": {"compressor": "topk", "compress_ratio": 0.01, "memory": "dgc",
+                            "momentum": 0.9, "warmup_steps": 60, "warmup": "exponential",
+                            "deepreduce": "both", "index": "golomb", "value": "qsgd",
+                            "bits": 7},
         "bloom_polyfit": {"compressor": "topk", "memory": "residual", "deepreduce": "both",
                           "index": "bloom", "fpr": 0.001, "policy": "conflict_sets",
                           "value": "polyfit"},
@@ -142,7 +153,8 @@ def test_unknown_preset_is_one_usage_line(tmp_path):
     assert code == 1
     lines = [line for line in err.splitlines() if line.strip()]
     assert lines == ["deepreduce-bench: error: --compare: unknown preset 'zip'; valid presets: "
-                     "uncompressed, topk, golomb_qsgd, bloom_polyfit, lgc_ps, lgc_rar, flags"]
+                     "uncompressed, topk, golomb_qsgd, golomb_qsgd_dgc, bloom_polyfit, lgc_ps, "
+                     "lgc_rar, flags"]
     assert not (tmp_path / "deepreduce_bench").exists()
 
 
@@ -152,10 +164,10 @@ def test_default_comparison_end_to_end(tmp_path):
     out_dir = tmp_path / "deepreduce_bench"
     combined = json.loads((out_dir / "compare.json").read_text())
     assert combined["kind"] == "comparison" and combined["baseline"] == "uncompressed"
-    assert [r["preset"] for r in combined["runs"]] == ["uncompressed", "golomb_qsgd"]
+    assert [r["preset"] for r in combined["runs"]] == ["uncompressed", "golomb_qsgd_dgc"]
     assert combined["settings"]["timed_steps"] == 2 and combined["settings"]["seed"] == 0
     assert combined["table"] in out
-    assert "[1/2] uncompressed:" in err and "[2/2] golomb_qsgd:" in err
+    assert "[1/2] uncompressed:" in err and "[2/2] golomb_qsgd_dgc:" in err
     real = data.find_fashion_mnist() is not None
     assert combined["data_source"].startswith("fashion-mnist:" if real else "synthetic")
     assert (combined["data_notice"] is None) == real
@@ -174,11 +186,12 @@ def test_default_comparison_end_to_end(tmp_path):
         assert entry["eval_history"][-1]["accuracy"] == results["metrics"]["accuracy"]
         assert results["eval"]["eval_examples"] == 20
         assert [h["step"] for h in results["history"]] == [1, 2, 3]  # every step
-    base, comp = runs["uncompressed"], runs["golomb_qsgd"]
+    base, comp = runs["uncompressed"], runs["golomb_qsgd_dgc"]
     assert base["config"]["exchange"] == "tf" and comp["config"]["exchange"] == "deepreduce"
     assert base["environment"]["strategy"] == comp["environment"]["strategy"] == (
         "MirroredStrategy")
     assert comp["config"]["params"]["index"] == "golomb"
+    assert comp["config"]["params"]["memory"] == "dgc"
     assert comp["metrics"]["compress_ms"] is None  # no codec-only timing unless asked for
 
     # TensorFlow's all-reduce: the dense gradient bytes of the model definition.

@@ -51,6 +51,9 @@ CONFIGS = {
     # position is sent, so the residual stays 0 and g + 0 == g exactly. Its
     # state lies on the result's path: read before every compression.
     "topk_all_residual": {"compressor": "topk", "compress_ratio": 1.0},
+    # K = the non-zeros (data-dependent), zeros decode to zeros: lossless.
+    "topk_skip_zeros": {"compressor": "topk", "compress_ratio": 1.0, "memory": "none",
+                        "topk_skip_zeros": True},
 }
 DTYPES = {"float32": np.float32, "float64": np.float64}
 MODES = ("eager", "function", "tf1")

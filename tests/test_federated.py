@@ -170,7 +170,8 @@ from flwr.app import (ArrayRecord, ConfigRecord, Context, Error, Message,  # noq
 from flwr.serverapp.strategy import FedAvg  # noqa: E402
 
 from deepreduce_tf.federated import flower  # noqa: E402
-from deepreduce_tf.federated.flower import DeepReduceStrategy, deepreduce_mod  # noqa: E402
+from deepreduce_tf.federated.flower import (DeepReduceStrategy, RowwiseMean,  # noqa: E402
+                                          deepreduce_mod)
 
 
 @pytest.fixture
@@ -211,11 +212,12 @@ def train_fn(log):
     return train
 
 
-def run_rounds(strategy, contexts, rounds, client_mods=None, log=None, first=1, model=None):
+def run_rounds(strategy, contexts, rounds, client_mods=None, log=None, first=1, model=None,
+               train=None):
     """Drives `rounds` training rounds; returns the model and the messages'
     byte counts measured here (down, up), per round."""
     log = [] if log is None else log
-    train = train_fn(log)
+    train = train or train_fn(log)
     grid = Grid(contexts)
     model = model or ArrayRecord(arrays(0, 0.1))
     measured = []
@@ -329,6 +331,132 @@ def test_partial_participation_sends_the_missed_versions(task_identity):
     assert any(b < 0 for b, v, n in chains[2:])  # first contacts get the dense model
 
 
+def per_node_strategy(n_sampled, n_nodes, **kwargs):
+    return DeepReduceStrategy(
+        FedAvg(fraction_train=n_sampled / n_nodes, min_train_nodes=n_sampled,
+               min_available_nodes=n_nodes, fraction_evaluate=0.0), GOLOMB_QSGD,
+        downlink="per_node", **kwargs)
+
+
+def test_per_node_downlink_sends_one_payload_over_what_the_node_holds(task_identity):
+    """downlink='per_node', 2 of 5 clients per round: a node gets the dense
+    model at first contact, then one payload whatever it missed; what it
+    rebuilds is bit for bit the server's record of it, which is the model it
+    held plus the payload decoded independently."""
+    random.seed(1)  # FedAvg's sampling
+    contexts = contexts_for(range(1, 6))
+    strategy = per_node_strategy(2, 5)
+    seen, held = [], {}
+
+    def spy(msg, context, call_next):  # the model the node held before this message
+        cfg = msg.content[flower.CONFIG_KEY]
+        node = context.node_id
+        seen.append({"node": node, "base": cfg["base"], "before": held.get(node),
+                     "record": msg.content["arrays"]})
+        reply = deepreduce_mod(msg, context, call_next)
+        held[node] = context.state[flower._STATE_MODEL].to_numpy_ndarrays()
+        seen[-1]["rebuilt"] = held[node]
+        assert model_crc(held[node]) == model_crc(strategy.node_model(node))
+        return reply
+
+    model, measured = run_rounds(strategy, contexts, 10, client_mods={n: spy for n in contexts})
+    assert [(r["down_bytes"], r["up_bytes"]) for r in strategy.rounds] == measured
+    dense = sum(int(np.prod(s)) * 4 for s in SHAPES)
+    reader = ModelCodec(GOLOMB_QSGD, NAMES, SHAPES, ["float32"] * len(SHAPES))
+    firsts = set()
+    for e in seen:
+        if e["node"] not in firsts:
+            firsts.add(e["node"])
+            assert e["base"] == flower.BASE_DENSE and e["before"] is None
+            continue
+        assert e["base"] == flower.BASE_NODE and list(e["record"].keys()) == ["payload.0"]
+        payload = e["record"]["payload.0"].data
+        assert len(payload) < 0.3 * dense
+        delta = reader.decode(payload)
+        for h, d, r in zip(e["before"], delta, e["rebuilt"]):
+            np.testing.assert_array_equal(h + d, r)
+    # Messages after the first contacts: one payload each, whatever was missed.
+    assert len(firsts) == 5 and len(seen) == 20
+    totals = strategy.totals()
+    assert totals["versions"] == 0 and totals["version_ratio"] is None
+    assert totals["down_bytes"] == 5 * dense + sum(
+        len(e["record"]["payload.0"].data) for e in seen if e["base"] == flower.BASE_NODE)
+    # Per-node error feedback: the last round's payloads (top-k of x minus
+    # what the node held) brought each node closer to the model x it was
+    # sent (strategy._source until the next round), and what is unsent stays
+    # in the difference for next time.
+    x = strategy._source
+    for e in seen[-2:]:
+        before = math.sqrt(sum(float(np.sum((a - b) ** 2)) for a, b in zip(x, e["before"])))
+        after = math.sqrt(sum(float(np.sum((a - b) ** 2))
+                              for a, b in zip(x, strategy.node_model(e["node"]))))
+        assert 0 < after < 0.95 * before
+
+
+def test_initial_on_clients_sends_no_dense_model(task_identity, caplog):
+    """initial_on_clients: a node never seen holds the initial model (built by
+    DeepReduceMod(initial_model=...)), so every message is one payload; a
+    node whose mod cannot build it, or builds another one, answers with an
+    error and gets the dense model next time."""
+    contexts = contexts_for([1, 2, 3])
+    initial = arrays(0, 0.1)  # run_rounds' initial model
+    good = flower.DeepReduceMod(initial_model=lambda: [a.copy() for a in initial])
+    other = flower.DeepReduceMod(initial_model=lambda: arrays(7, 0.1))
+    strategy = DeepReduceStrategy(fedavg(3), GOLOMB_QSGD, downlink="per_node",
+                                  initial_on_clients=True)
+    bases = []
+
+    def recorder(mod):
+        def spy(msg, context, call_next):
+            bases.append((context.node_id, msg.content[flower.CONFIG_KEY]["base"]))
+            return mod(msg, context, call_next)
+        return spy
+
+    mods = {1: recorder(good), 2: recorder(deepreduce_mod), 3: recorder(other)}
+    _, measured = run_rounds(strategy, contexts, 3, client_mods=mods)
+    dense = sum(int(np.prod(s)) * 4 for s in SHAPES)
+    assert [b for n, b in bases if n == 1] == [flower.BASE_NODE] * 3
+    # Nodes 2 and 3 fail their first round, then get the dense model.
+    for n in (2, 3):
+        assert [b for m, b in bases if m == n] == [flower.BASE_NODE, flower.BASE_DENSE,
+                                                   flower.BASE_NODE]
+    assert [r["up_messages"] for r in strategy.rounds] == [1, 3, 3]
+    assert measured[0][0] < 0.3 * 3 * dense  # round 1: three payloads, no dense model
+    assert model_crc(contexts[1].state[flower._STATE_MODEL].to_numpy_ndarrays()) == model_crc(
+        strategy.node_model(1))
+
+
+def test_per_node_models_are_bounded_least_recent_out(task_identity):
+    random.seed(2)  # FedAvg's sampling order
+    contexts = contexts_for([1, 2, 3])
+    dense = sum(int(np.prod(s)) * 4 for s in SHAPES)
+    strategy = DeepReduceStrategy(fedavg(3), GOLOMB_QSGD, downlink="per_node",
+                                  node_memory_bytes=2 * dense)
+    order = []
+
+    def spy(msg, context, call_next):
+        order.append((context.node_id, msg.content[flower.CONFIG_KEY]["base"]))
+        return deepreduce_mod(msg, context, call_next)
+
+    run_rounds(strategy, contexts, 4, client_mods={n: spy for n in contexts})
+    assert len(strategy._held) == 2 and strategy._held_bytes == 2 * dense
+    # Reference: an LRU of two models in the order the messages were made; a
+    # node it no longer holds gets the dense model.
+    lru, expected = [], []
+    for node, _ in order:
+        expected.append(flower.BASE_NODE if node in lru else flower.BASE_DENSE)
+        lru = [n for n in lru if n != node][-1:] + [node]
+    assert [b for _, b in order] == expected and flower.BASE_NODE in expected
+    with pytest.raises(ValueError, match="downlink must be one of"):
+        DeepReduceStrategy(fedavg(1), GOLOMB_QSGD, downlink="broadcast")
+    with pytest.raises(ValueError, match="needs downlink='per_node'"):
+        DeepReduceStrategy(fedavg(1), GOLOMB_QSGD, initial_on_clients=True)
+    with pytest.raises(ValueError, match="node_memory_bytes"):
+        DeepReduceStrategy(fedavg(1), GOLOMB_QSGD, downlink="per_node", node_memory_bytes=-1)
+    with pytest.raises(TypeError, match="initial_model must be a function"):
+        flower.DeepReduceMod(initial_model=arrays(0))
+
+
 def test_lossless_uplink_and_dense_downlink_is_fedavg(task_identity):
     """With a lossless configuration and the model sent dense, the wrapped
     FedAvg computes what plain FedAvg computes (up to float rounding)."""
@@ -345,6 +473,85 @@ def test_lossless_uplink_and_dense_downlink_is_fedavg(task_identity):
         np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
     dense = sum(int(np.prod(s)) * 4 for s in SHAPES)
     assert all(d == 3 * dense for d, _ in measured)
+
+
+ROWS = {1: [0, 1, 2], 2: [2, 3], 3: [3, 399]}  # the rows of table "2" each client changes
+
+
+def rows_train(msg, context):
+    """A recommender-like client: changes a few rows of the table "2" and all
+    of array "4"."""
+    node = context.node_id
+    local = [a.copy() for a in msg.content["arrays"].to_numpy_ndarrays()]
+    local[2][ROWS[node]] += np.float32(node)
+    local[4] += np.float32(0.1 * node)
+    return Message(RecordDict({"arrays": ArrayRecord(local),
+                               "metrics": MetricRecord({"num-examples": 10 * node})}),
+                   reply_to=msg)
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+def test_rowwise_mean_averages_a_row_over_the_clients_that_changed_it(task_identity,
+                                                                      compressed):
+    contexts = contexts_for([1, 2, 3])
+    strategy = RowwiseMean(fedavg(3), keys=["2"])
+    mods = {n: (lambda msg, context, call_next: call_next(msg, context)) for n in contexts}
+    if compressed:  # lossless and dense both ways: the decoded updates are the clients'
+        strategy = DeepReduceStrategy(strategy, {"compressor": "none"}, downlink=False)
+        mods = None
+    start = arrays(0, 0.1)
+    model, _ = run_rounds(strategy, contexts, 1, client_mods=mods, model=ArrayRecord(start),
+                          train=rows_train)
+    got = model.to_numpy_ndarrays()
+    want = [a.copy() for a in start]
+    weight = {n: 10.0 * n for n in contexts}
+    for row in range(SHAPES[2][0]):
+        touching = [n for n in contexts if row in ROWS[n]]
+        if touching:  # weighted mean of the changes over the clients that made them
+            want[2][row] += sum(weight[n] * n for n in touching) / sum(
+                weight[n] for n in touching)
+    want[4] += sum(weight[n] * 0.1 * n for n in contexts) / sum(weight.values())  # FedAvg
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=0, atol=1e-5)
+    # Plain FedAvg would have given row 0 a third of client 1's change (1 * 10 / 60).
+    assert got[2][0] - start[2][0] == pytest.approx(np.ones(60, np.float32), abs=1e-5)
+
+
+def test_rowwise_mean_leaves_out_a_client_whose_table_does_not_fit(task_identity, caplog):
+    contexts = contexts_for([1, 2, 3])
+    strategy = RowwiseMean(fedavg(2), keys=["2"])
+    passthrough = {n: (lambda msg, context, call_next: call_next(msg, context))
+                   for n in contexts}
+
+    def train(msg, context):
+        reply = rows_train(msg, context)
+        if context.node_id == 3:  # a table of another shape
+            local = reply.content["arrays"].to_numpy_ndarrays()
+            local[2] = local[2][:10]
+            reply.content["arrays"] = ArrayRecord(local)
+        return reply
+
+    start = arrays(0, 0.1)
+    with caplog.at_level("WARNING", logger="deepreduce_tf.federated"):
+        model, _ = run_rounds(strategy, contexts, 1, client_mods=passthrough,
+                              model=ArrayRecord(start), train=train)
+    assert "left out the update of node 3: its array '2' is float32 (10, 60)" in caplog.text
+    got = model.to_numpy_ndarrays()
+    want = start[2].copy()
+    want[[0, 1]] += 1.0          # client 1 alone
+    want[2] += (10 * 1 + 20 * 2) / 30  # clients 1 and 2
+    want[3] += 2.0               # client 2 alone (client 3 left out)
+    np.testing.assert_allclose(got[2], want, rtol=0, atol=1e-5)
+
+
+def test_rowwise_mean_refuses_what_is_not_a_table(task_identity):
+    model = ArrayRecord(arrays(0))
+    with pytest.raises(ValueError, match=r"has no arrays \['9'\]"):
+        RowwiseMean(fedavg(3), ["9"]).configure_train(1, model, ConfigRecord(), Grid([1, 2, 3]))
+    with pytest.raises(ValueError, match="'1' has shape .* not a table"):
+        RowwiseMean(fedavg(3), ["1"]).configure_train(1, model, ConfigRecord(), Grid([1, 2, 3]))
+    with pytest.raises(TypeError, match="wraps a flwr.serverapp.strategy.Strategy"):
+        RowwiseMean(object(), ["2"])
 
 
 def hostile(kind):

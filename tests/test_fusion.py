@@ -100,7 +100,10 @@ def test_lossless_batch_round_trips_exactly(rng, run, params):
     {"compressor": "topk", "compress_ratio": 0.05, "deepreduce": "both", "index": "golomb",
      "value": "qsgd", "bits": 7},
     {"compressor": "randomk", "compress_ratio": 0.05, "deepreduce": "value", "value": "fp16"},
-], ids=["topk", "topk-bucket", "bloom-polyfit", "golomb-qsgd", "randomk-fp16"])
+    {"compressor": "topk", "compress_ratio": 0.05, "deepreduce": "both", "index": "golomb",
+     "value": "qsgd", "bits": 7, "topk_skip_zeros": True},
+], ids=["topk", "topk-bucket", "bloom-polyfit", "golomb-qsgd", "randomk-fp16",
+        "golomb-qsgd-skip-zeros"])
 def test_error_feedback_conserves_the_gradient(rng, params):
     """sum(decoded) + residual == sum(gradients), per bucket, over steps."""
     comp = dr.from_params(dict(params, min_size=64))

@@ -330,7 +330,8 @@ def test_parameter_table_matches_from_params():
     rows = _parameter_rows()
     assert rows, "README.md: no parameter table under '## Parameters'"
     declared = {**base.REGISTRY.params(),
-                **{p.key: p for p in (params.TOPK_SCOPE, params.BUCKET_CAP_MB)}}
+                **{p.key: p for p in (params.TOPK_SCOPE, params.TOPK_SKIP_ZEROS,
+                                      params.BUCKET_CAP_MB)}}
     seen = []
     for cells in rows:
         assert len(cells) == 4, f"README.md parameter table: a row of {len(cells)} cells: {cells}"
@@ -352,8 +353,8 @@ def test_parameter_table_matches_from_params():
         shown = _first_value(cells[2])
         if default is None:
             assert shown == "unset", (key, cells[2])
-        elif isinstance(default, str):
-            assert shown == default, (key, cells[2], default)
+        elif isinstance(default, (str, bool)):
+            assert shown == str(default), (key, cells[2], default)
         else:
             assert float(shown) == default, (key, cells[2], default)
     missing = set(params.GENERAL_KEYS) - set(seen)

@@ -1,7 +1,7 @@
 """deepreduce-bench: the tf_cnn_benchmarks-style command line of deepreduce_tf.
 
     deepreduce-bench                                   # ResNet-20 on Fashion-MNIST, 2 replicas:
-                                                       # uncompressed vs golomb_qsgd, one table
+                                                       # uncompressed vs golomb_qsgd_dgc, one table
     deepreduce-bench --compressor=topk --index=golomb  # one run of these compression flags
     deepreduce-bench --model=ncf --data_name=movielens --eval --num_workers=2
     deepreduce-plot a.json b.json --out=compare.png

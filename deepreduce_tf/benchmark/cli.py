@@ -41,8 +41,8 @@ HELP_GROUPS = (
     ("replicas and workers", ("variable_update", "num_gpus", "num_workers", "worker_hosts",
                               "task_index", "worker_timeout")),
     ("gradient exchange and compression", (
-        "exchange", "compressor", "compress_ratio", "threshold", "topk_scope", "memory",
-        "communicator", "bucket_cap_mb", "deepreduce", "index", "value", "min_size")),
+        "exchange", "compressor", "compress_ratio", "threshold", "topk_scope", "topk_skip_zeros",
+        "memory", "communicator", "bucket_cap_mb", "deepreduce", "index", "value", "min_size")),
     ("comparison", ("compare",)),
     ("evaluation, results and output", (
         "eval", "num_eval_examples", "eval_every", "display_every", "train_dir", "output_json",

@@ -1,6 +1,6 @@
 """--compare: several configurations trained one after another, one table, one plot.
 
-    deepreduce-bench                       # uncompressed vs golomb_qsgd (the default)
+    deepreduce-bench                       # uncompressed vs golomb_qsgd_dgc (the default)
     deepreduce-bench --compare=uncompressed,topk,golomb_qsgd,bloom_polyfit
     deepreduce-bench --compare=uncompressed,flags --index=bloom --policy=p0
 
@@ -42,9 +42,15 @@ PRESETS = collections.OrderedDict((p.name, p) for p in (
            "strategy's default cross-device ops): the baseline", ("--exchange=tf",)),
     Preset("topk", "top-k 1 % per variable + residual error feedback; raw int32 indices, "
            "float32 values", _TOPK + ("--deepreduce=none",)),
-    Preset("golomb_qsgd", "recommended: top-k 1 % per variable + residual error feedback, "
+    Preset("golomb_qsgd", "recommended without momentum SGD: top-k 1 % per variable + residual error feedback, "
            "golomb indices (lossless), QSGD 7-bit values",
            _TOPK + ("--deepreduce=both", "--index=golomb", "--value=qsgd", "--bits=7")),
+    Preset("golomb_qsgd_dgc", "recommended with momentum SGD: golomb_qsgd with DGC's recipe (docs/compressor.md): momentum "
+           "correction and factor masking (the optimizer's momentum moves into the "
+           "compressor: momentum-SGD models only) and a 60-step exponential warm-up of the "
+           "top-k density from 25 %",
+           _TOPK[:-1] + ("--memory=dgc", "--warmup_steps=60", "--warmup=exponential",
+                         "--deepreduce=both", "--index=golomb", "--value=qsgd", "--bits=7")),
     Preset("bloom_polyfit", "DeepReduce's paper setting: top-k 1 % + residual, Bloom filter "
            "indices (fpr 0.001, conflict_sets policy) + polyfit values",
            _TOPK + ("--deepreduce=both", "--index=bloom", "--fpr=0.001",
@@ -61,8 +67,20 @@ PRESETS = collections.OrderedDict((p.name, p) for p in (
     Preset("flags", "the configuration of this command line's compression flags "
            "(--compressor, --index, --value, ...)", None),
 ))
-RECOMMENDED = "golomb_qsgd"
-DEFAULT = ("uncompressed", RECOMMENDED)
+# The recommended configuration: with momentum SGD (the ResNets) DGC's recipe,
+# which keeps the dense accuracy at 60x fewer bytes (docs/benchmarks.md); with
+# other optimizers (ncf's Adam) momentum correction does not apply.
+RECOMMENDED = "golomb_qsgd_dgc"
+RECOMMENDED_WITHOUT_MOMENTUM = "golomb_qsgd"
+
+
+def default_presets(optimizer):
+    """The comparison deepreduce-bench runs without flags: uncompressed against
+    the recommended configuration for this optimizer."""
+    return ("uncompressed",
+            RECOMMENDED if optimizer == "momentum" else RECOMMENDED_WITHOUT_MOMENTUM)
+
+
 # Flags the parent sets for every child itself (or that only the parent reads).
 _PARENT_FLAGS = ("compare", "output_json", "train_dir", "plot", "plot_compare", "fetch_data",
                  "eval", "eval_every", "num_batches", "num_epochs", "data_name", "seed",

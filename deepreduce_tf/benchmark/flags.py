@@ -62,7 +62,8 @@ NCF_DATA = ("synthetic", "movielens")
 FETCH_COMMAND = "deepreduce-bench --fetch_data"
 # Compression flags that are not codec parameters, and the from_params Params
 # of the fusion / scope flags.
-GENERAL_PARAM_FLAGS = ("compressor", "compress_ratio", "threshold", "topk_scope", "memory",
+GENERAL_PARAM_FLAGS = ("compressor", "compress_ratio", "threshold", "topk_scope",
+                       "topk_skip_zeros", "memory",
                        "warmup_steps", "warmup", "clip_norm", "communicator",
                        "bucket_cap_mb", "deepreduce", "index", "value")
 EXCHANGES = ("deepreduce", "tf")
@@ -94,8 +95,9 @@ def param_flags():
 
 
 def extra_params():
-    """The from_params Params of the fusion / scope flags (--topk_scope, --bucket_cap_mb)."""
-    return (dr_params.TOPK_SCOPE, dr_params.BUCKET_CAP_MB)
+    """The from_params Params of the fusion / selection flags (--topk_scope,
+    --topk_skip_zeros, --bucket_cap_mb)."""
+    return (dr_params.TOPK_SCOPE, dr_params.TOPK_SKIP_ZEROS, dr_params.BUCKET_CAP_MB)
 
 
 def __getattr__(name):
@@ -345,7 +347,9 @@ def _define_general_flags(fv):
                       "Train these configurations one after another (a fresh process each, "
                       "same seed, data order and steps) and print one table and one plot: "
                       "comma-separated presets of: " + compare.presets_help() + ". Default "
-                      f"{','.join(compare.DEFAULT)} when no compression flag (--compressor, "
+                      f"{','.join(compare.default_presets('momentum'))} (momentum SGD: the "
+                      f"ResNets) or {','.join(compare.default_presets('adam'))} (other "
+                      "optimizers: ncf) when no compression flag (--compressor, "
                       "--index, --exchange, ...) is given; with compression flags and no "
                       "--compare, one run of them. A comparison evaluates (--eval), trains "
                       f"{COMPARE_STEPS} steps unless --num_batches / --num_epochs with "
@@ -549,7 +553,7 @@ def check_flags(fv=flags.FLAGS, check_files=True):
     if check_files:  # real data must exist before any work starts
         check_data(model, data_name, fv.data_dir)
     return {"model": model, "data_name": data_name, "data_notice": data_notice,
-            "hosts": hosts, "update": update, "num_gpus": num_gpus}
+            "hosts": hosts, "update": update, "num_gpus": num_gpus, "optimizer": optimizer}
 
 
 def _check_cluster(fv):
@@ -594,7 +598,7 @@ def resolve(fv=flags.FLAGS):
     hosts, update, num_gpus = checked["hosts"], checked["update"], checked["num_gpus"]
     for _, param in _param_flags(fv):
         _check_param_flag(fv, param)
-    compare_names = resolve_compare(fv)
+    compare_names = resolve_compare(fv, checked["optimizer"])
 
     # Compression: from_params is the authority on keys, values and combinations.
     exchange = _choice("exchange", fv.exchange, EXCHANGES)
@@ -650,12 +654,12 @@ def given_compression_flags(fv):
     return [n for n in compression_flag_names() if n in fv and fv[n].present]
 
 
-def resolve_compare(fv):
+def resolve_compare(fv, optimizer):
     """The presets to compare (a tuple), or () for one run of the flags.
 
-    Without --compare: the default comparison, unless a compression flag is
-    given (then one run of it, as before comparisons existed) or --worker_hosts
-    (a real cluster runs one configuration).
+    Without --compare: the default comparison for this optimizer, unless a
+    compression flag is given (then one run of it, as before comparisons
+    existed) or --worker_hosts (a real cluster runs one configuration).
     """
     from deepreduce_tf.benchmark import compare
 
@@ -663,7 +667,7 @@ def resolve_compare(fv):
     if not fv["compare"].present:
         if given or fv.worker_hosts:
             return ()
-        return tuple(compare.DEFAULT)
+        return compare.default_presets(optimizer)
     names = [n.strip() for n in fv.compare if n.strip()]
     if not names:
         _fail(f"--compare needs at least one preset; valid presets: {compare.names_text()}")
@@ -681,6 +685,11 @@ def resolve_compare(fv):
         flags_given = ", ".join(f"--{n}" for n in given)
         _fail(f"{flags_given} configure the 'flags' preset, which --compare={','.join(names)} "
               "does not include: add flags to --compare or drop them")
+    for name in names:
+        if optimizer != "momentum" and "--memory=dgc" in (compare.PRESETS[name].args or ()):
+            _fail(f"--compare: preset {name!r} applies DGC's momentum correction, which needs "
+                  f"--optimizer=momentum, not {optimizer}; use "
+                  f"{compare.default_presets(optimizer)[1]!r} instead")
     return tuple(names)
 
 

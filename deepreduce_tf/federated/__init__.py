@@ -1,16 +1,21 @@
 """Federated learning with DeepReduce compression in both directions (docs/federated.md).
 
-    from deepreduce_tf.federated import DeepReduceStrategy, deepreduce_mod
+    from deepreduce_tf.federated import DeepReduceStrategy, RowwiseMean, deepreduce_mod
 
 DeepReduceStrategy wraps a Flower server strategy (FedAvg, FedProx, FedAdam,
-...) and deepreduce_mod is the matching Flower client mod; both need the
-optional extra `pip install deepreduce_tf[federated]` (flwr[simulation]).
+...) and deepreduce_mod is the matching Flower client mod
+(DeepReduceMod(initial_model=...) one whose clients build the initial
+model, for DeepReduceStrategy(..., downlink='per_node',
+initial_on_clients=True)); they need the
+optional extra `pip install deepreduce_tf[federated]` (flwr[simulation]);
+RowwiseMean averages the rows of embedding tables over the clients that
+changed them.
 ModelCodec (a whole model's update <-> one checked payload, with error
 feedback) needs only TensorFlow.
 """
 from deepreduce_tf.federated.codec import ModelCodec, PayloadError, model_crc
 
-_FLOWER = ("DeepReduceStrategy", "deepreduce_mod")
+_FLOWER = ("DeepReduceStrategy", "RowwiseMean", "DeepReduceMod", "deepreduce_mod")
 __all__ = ["ModelCodec", "PayloadError", "model_crc", *_FLOWER]
 
 

@@ -9,7 +9,9 @@
 The update (a list of numpy arrays, one per model tensor) is compressed by a
 from_params Compressor into ONE payload (Compressor.compress_batch: fused
 buckets, per-tensor top-k, the configured index and value codecs; small
-tensors travel dense in the bucket's dense section). Error feedback is done
+tensors travel dense in the bucket's dense section). Top-k skips zeros here
+unless params say topk_skip_zeros=False: a client's update is exactly zero
+where it did not train. Error feedback is done
 here, not by the Compressor's memory variables, because a federated client
 lives for one round: x = update + residual, payload = C(x), residual' =
 x - D(C(x)), where D is exactly what every receiver decodes. The caller keeps
@@ -103,6 +105,14 @@ class ModelCodec:
                                   else 2 * self.dense_bytes + 65536)
         with tf.init_scope():
             self.compressor = from_params(dict(params, memory="none"))
+            if (getattr(self.compressor.sparsifier, "skip_zeros", None) is False
+                    and "topk_skip_zeros" not in params):
+                # A client's update is exactly zero where it did not train
+                # (embedding rows of other users and unseen items): top-k
+                # does not spend its K on those zeros unless told to.
+                params["topk_skip_zeros"] = True
+                self.params["topk_skip_zeros"] = True
+                self.compressor = from_params(dict(params, memory="none"))
         specs = [tf.TensorSpec(s, d) for s, d in zip(self.shapes, self.dtypes)]
         self._ctx = self.compressor.receiver_batch_context(specs, self.names)
 

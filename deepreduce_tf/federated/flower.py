@@ -22,6 +22,12 @@ The protocol (docs/federated.md):
   version, the CRC of x^ and both configurations; the client rebuilds x^,
   checks the CRC and keeps x^ and v in its node state (context.state), which
   Flower keeps across rounds.
+  With downlink='per_node' the server instead keeps, per node, the model
+  that node holds, and sends each sampled node one payload: the compressed
+  difference between the model and what that node holds (the node's own
+  error feedback); with initial_on_clients=True a node never seen before is
+  taken to hold the initial model (DeepReduceMod(initial_model=...) builds
+  it on the client), so no node needs the dense model.
 * Uplink. The client trains from x^ and sends the compressed
   update Delta = w_local - x^ plus its residual (params; the residual also
   lives in the node state). The server decodes it, refusing a payload that is
@@ -34,6 +40,7 @@ Every message's bytes are counted per round and direction (`rounds`,
 `totals()`), next to what FedAvg would send (the model's dense bytes per
 message). Payloads travel as Flower Array data of stype 'deepreduce'.
 """
+import collections
 import json
 import logging
 
@@ -50,7 +57,11 @@ STYPE = "deepreduce"
 CONFIG_KEY = "deepreduce"
 STATE_KEY = "deepreduce"
 PAYLOAD_KEY = "payload"
-PROTOCOL = 1
+PROTOCOL = 2
+# Message bases: the dense model; one payload over the model the node holds
+# (whose CRC travels as base_crc); >= 0: a chain from that version.
+BASE_DENSE, BASE_NODE = -1, -2
+DOWNLINKS = ("versions", "per_node")
 _STATE_MODEL, _STATE_RESIDUAL = "deepreduce.model", "deepreduce.residual"
 
 
@@ -109,14 +120,43 @@ class DeepReduceStrategy(Strategy):
         'residual' (default) keeps each client's residual, 'none' does not.
       server_params: the server's configuration (downlink) [params]; None
         with downlink=False sends the model dense.
-      downlink: compress the server's messages [True].
+      downlink: how the server's messages are compressed:
+        'versions' (or True, the default): one version per model change,
+          shared by every node; a node gets the versions it missed (a
+          chain) or the dense model where that is smaller.
+        'per_node': one payload per message, C(x - the model the node
+          holds); what is not sent stays in that difference (per-node error
+          feedback). The server keeps each node's model (at most
+          node_memory_bytes; an evicted node gets the dense model next).
+        False: the dense model.
+      initial_on_clients: with 'per_node', a node never seen before holds the
+        initial model (the first one the wrapped strategy sends; the client
+        builds it: DeepReduceMod(initial_model=...)), so it gets a payload,
+        not the dense model. A node that cannot build it answers with an error
+        and gets the dense model next time.
+      node_memory_bytes: the bound of the per-node models [1 GiB].
     """
 
-    def __init__(self, strategy, params, server_params=None, downlink=True):
+    def __init__(self, strategy, params, server_params=None, downlink=True,
+                 initial_on_clients=False, node_memory_bytes=2 ** 30):
         if not isinstance(strategy, Strategy):
             raise TypeError("DeepReduceStrategy wraps a flwr.serverapp.strategy.Strategy, got "
                             f"{type(strategy).__name__}")
+        if downlink is True:
+            downlink = "versions"
+        if downlink is not False and downlink not in DOWNLINKS:
+            raise ValueError(f"downlink must be one of {DOWNLINKS} (True: 'versions') or False "
+                             f"(dense), got {downlink!r}")
+        if initial_on_clients and downlink != "per_node":
+            raise ValueError("initial_on_clients=True needs downlink='per_node' (a payload over "
+                             "the initial model per node)")
+        if (isinstance(node_memory_bytes, bool) or not isinstance(node_memory_bytes, int)
+                or node_memory_bytes < 0):
+            raise ValueError(f"node_memory_bytes must be an int >= 0, got {node_memory_bytes!r}")
         self.strategy = strategy
+        self.downlink = downlink
+        self.initial_on_clients = bool(initial_on_clients)
+        self.node_memory_bytes = node_memory_bytes
         self.params_json = canonical_params(params)
         self.server_params_json = (canonical_params(server_params if server_params is not None
                                                     else params) if downlink else None)
@@ -133,6 +173,10 @@ class DeepReduceStrategy(Strategy):
         self._versions = {}      # version -> payload bytes (the chain still kept)
         self._version = 0
         self._synced = {}        # node id -> the version it holds
+        self._held = collections.OrderedDict()  # 'per_node': node id -> the model it holds
+        self._held_bytes = 0
+        self._seen = set()       # nodes sent a message (they no longer hold the initial model)
+        self._initial = None     # the first model: what initial_on_clients nodes hold
         self._server_codec = self._client_codec = None
 
     # ------------------------------------------------------------ downlink
@@ -159,6 +203,7 @@ class DeepReduceStrategy(Strategy):
             self._model_hat = [a.copy() for a in x]
             self._model_hat_crc = model_crc(self._model_hat)
             self._source = [a.copy() for a in x]
+            self._initial = self._source
             return
         if names != self._names:
             raise ValueError(f"the model's arrays changed names: {self._names} -> {names}")
@@ -167,7 +212,7 @@ class DeepReduceStrategy(Strategy):
             return
         self._source = [a.copy() for a in x]
         self._version += 1
-        if self._server_codec is None:
+        if self._server_codec is None or self.downlink == "per_node":
             self._model_hat = [a.copy() for a in x]
             self._model_hat_crc = model_crc(self._model_hat)
             return
@@ -188,9 +233,52 @@ class DeepReduceStrategy(Strategy):
                     del self._versions[old]
                 break
 
+    def _per_node(self, node):
+        """'per_node': (record, base, base_crc, crc, bytes) of the message to
+        `node`; notes the model the node will hold."""
+        x = self._source
+        base_model = self._held.pop(node, None)
+        if base_model is not None:
+            self._held_bytes -= self._client_codec.dense_bytes
+        elif self.initial_on_clients and node not in self._seen:
+            base_model = self._initial
+        self._seen.add(node)
+        if base_model is None:
+            held = [a.copy() for a in x]
+            record = _dense_record(self._names, held)
+            base, base_crc, nbytes = BASE_DENSE, 0, self._client_codec.dense_bytes
+        else:
+            payload, decoded, _ = self._server_codec.encode(
+                [a - b for a, b in zip(x, base_model)])
+            held = [b + d for b, d in zip(base_model, decoded)]
+            record = ArrayRecord({f"{PAYLOAD_KEY}.0": _payload_array(payload)})
+            base, base_crc, nbytes = BASE_NODE, model_crc(base_model), len(payload)
+        # Least recently sent first out: an evicted node gets the dense model.
+        self._held[node] = held
+        self._held_bytes += self._client_codec.dense_bytes
+        while self._held and self._held_bytes > self.node_memory_bytes:
+            self._held.popitem(last=False)
+            self._held_bytes -= self._client_codec.dense_bytes
+        return record, base, base_crc, model_crc(held), nbytes
+
+    def _forget(self, node):
+        """The node's model is unknown (an error, another version): it gets
+        the dense model next time."""
+        self._synced.pop(node, None)
+        if self._held.pop(node, None) is not None:
+            self._held_bytes -= self._client_codec.dense_bytes
+        self._seen.add(node)
+
+    def node_model(self, node):
+        """'per_node': the model the server takes `node` to hold (numpy
+        arrays), or None."""
+        return self._held.get(node)
+
     def _message_for(self, msg, server_round):
         """msg (from the wrapped strategy) with the compressed model."""
         node = msg.metadata.dst_node_id
+        if self.downlink == "per_node":
+            return self._finish(msg, server_round, *self._per_node(node))
         held = self._synced.get(node)
         chain = None
         if (self._server_codec is not None and held is not None and held < self._version
@@ -204,12 +292,15 @@ class DeepReduceStrategy(Strategy):
             base, nbytes = held, sum(len(p) for p in chain)
         else:
             record = _dense_record(self._names, self._model_hat)
-            base, nbytes = -1, self._client_codec.dense_bytes
+            base, nbytes = BASE_DENSE, self._client_codec.dense_bytes
+        return self._finish(msg, server_round, record, base, 0, self._model_hat_crc, nbytes)
+
+    def _finish(self, msg, server_round, record, base, base_crc, crc, nbytes):
         content = _without(msg.content, self.arrays_key)
         content[self.arrays_key] = record
         content[CONFIG_KEY] = ConfigRecord({
             "protocol": PROTOCOL, "version": self._version, "base": base,
-            "crc": self._model_hat_crc, "arrays_key": self.arrays_key,
+            "base_crc": base_crc, "crc": crc, "arrays_key": self.arrays_key,
             "names": json.dumps(self._names), "params": self.params_json,
             "server_params": self.server_params_json or ""})
         msg.content = content
@@ -236,9 +327,12 @@ class DeepReduceStrategy(Strategy):
         node = msg.metadata.src_node_id
         version = cfg.get("version") if cfg is not None else None
         if isinstance(version, int) and 0 <= version <= self._version:
-            self._synced[node] = version
+            if self.downlink != "per_node":
+                self._synced[node] = version
+            elif version != self._version:
+                self._forget(node)
         else:
-            self._synced.pop(node, None)
+            self._forget(node)
 
     def _reject(self, server_round, node, reason):
         logger.warning("round %s: rejected the update of node %s: %s", server_round, node,
@@ -276,7 +370,7 @@ class DeepReduceStrategy(Strategy):
         row = self._row(server_round)
         for msg in replies:
             if msg.has_error():
-                self._synced.pop(msg.metadata.src_node_id, None)
+                self._forget(msg.metadata.src_node_id)
                 kept.append(msg)
                 continue
             node = msg.metadata.src_node_id
@@ -298,7 +392,7 @@ class DeepReduceStrategy(Strategy):
         kept = []
         for msg in replies:
             if msg.has_error():
-                self._synced.pop(msg.metadata.src_node_id, None)
+                self._forget(msg.metadata.src_node_id)
             else:
                 self._note_version(msg)
                 msg.content = _without(msg.content, CONFIG_KEY)
@@ -335,44 +429,200 @@ class DeepReduceStrategy(Strategy):
         return self._model_hat
 
 
+class RowwiseMean(Strategy):
+    """Wraps a mean-type Flower strategy (FedAvg, FedProx: a weighted mean of
+    the clients' models) so that every row of the named tables, such as
+    embedding tables, is averaged over the clients that changed it, not over
+    all of the round's clients.
+
+    A client of a recommender changes only its own user's row and the rows of
+    the items it saw: FedAvg would shrink each of those changes by the
+    number of clients in the round that did not touch the row. Before the wrapped strategy averages, each client's change
+    of row r, Delta_i[r] = w_i[r] - x[r], is scaled by W / W_r (W: the sum
+    of the round's weights, W_r: that of the clients whose change of row r is
+    non-zero), so the weighted mean gives row r the weighted mean over the
+    clients that changed it; other arrays are averaged as before. Compose
+    with compression as DeepReduceStrategy(RowwiseMean(FedAvg(...), keys),
+    params): it then sees the decoded updates.
+
+    Args:
+      strategy: the wrapped flwr.serverapp.strategy.Strategy; its mean must
+        be weighted by the reply metric `weighted_by_key` (FedAvg's
+        'num-examples'), or be unweighted.
+      keys: the ArrayRecord keys of the tables (arrays of rank >= 2; a row
+        is a slice along the first axis).
+    """
+
+    def __init__(self, strategy, keys):
+        if not isinstance(strategy, Strategy):
+            raise TypeError("RowwiseMean wraps a flwr.serverapp.strategy.Strategy, got "
+                            f"{type(strategy).__name__}")
+        self.strategy = strategy
+        self.keys = [str(k) for k in keys]
+        if not self.keys:
+            raise ValueError("RowwiseMean needs the keys of at least one table")
+        self.arrays_key = getattr(strategy, "arrayrecord_key", "arrays")
+        self.weighted_by_key = getattr(strategy, "weighted_by_key", None)
+        self._sent = None  # the model of the last configure_train
+
+    def configure_train(self, server_round, arrays, config, grid):
+        missing = [k for k in self.keys if k not in arrays]
+        if missing:
+            raise ValueError(f"RowwiseMean: the model has no arrays {missing}; its keys are "
+                             f"{list(arrays.keys())}")
+        for k in self.keys:
+            if arrays[k].numpy().ndim < 2:
+                raise ValueError(f"RowwiseMean: array {k!r} has shape {arrays[k].shape}, not "
+                                 "a table (rank >= 2)")
+        self._sent = {k: arrays[k].numpy() for k in self.keys}
+        return self.strategy.configure_train(server_round, arrays, config, grid)
+
+    def _usable(self, msg):
+        """(weight, record) of a train reply, or the reason it cannot be
+        averaged row-wise."""
+        record = msg.content.array_records.get(self.arrays_key)
+        if record is None:
+            return f"the reply has no ArrayRecord {self.arrays_key!r}"
+        weight = 1.0
+        if self.weighted_by_key is not None:
+            metrics = msg.content.metric_records.get("metrics")
+            value = None if metrics is None else metrics.get(self.weighted_by_key)
+            if not isinstance(value, (int, float)) or not np.isfinite(value) or value <= 0:
+                return f"its metric {self.weighted_by_key!r} is {value!r}, not a positive number"
+            weight = float(value)
+        for k in self.keys:
+            x = self._sent[k]
+            if k not in record:
+                return f"it has no array {k!r}"
+            if tuple(record[k].shape) != x.shape or record[k].dtype != str(x.dtype):
+                return (f"its array {k!r} is {record[k].dtype} {tuple(record[k].shape)}, the "
+                        f"model's {x.dtype} {x.shape}")
+        return weight, record
+
+    def aggregate_train(self, server_round, replies):
+        kept, usable = [], []
+        for msg in replies:
+            if not msg.has_error() and self._sent is not None:
+                got = self._usable(msg)
+                if isinstance(got, str):
+                    logger.warning("round %s: left out the update of node %s: %s", server_round,
+                                   msg.metadata.src_node_id, got)
+                    continue
+                usable.append(got)
+            kept.append(msg)
+        if usable:
+            total = sum(w for w, _ in usable)
+            for k in self.keys:
+                x = self._sent[k]
+                deltas = [record[k].numpy() - x for _, record in usable]
+                touched = [np.any(d.reshape(d.shape[0], -1) != 0, axis=1) for d in deltas]
+                row_weight = sum(w * t for (w, _), t in zip(usable, touched))
+                scale = np.where(row_weight > 0, total / np.maximum(row_weight, 1e-300), 0.0)
+                scale = scale.reshape((-1,) + (1,) * (x.ndim - 1))
+                for (_, record), d in zip(usable, deltas):
+                    record[k] = Array((x + (d * scale).astype(x.dtype)).astype(x.dtype))
+        return self.strategy.aggregate_train(server_round, kept)
+
+    def configure_evaluate(self, server_round, arrays, config, grid):
+        return self.strategy.configure_evaluate(server_round, arrays, config, grid)
+
+    def aggregate_evaluate(self, server_round, replies):
+        return self.strategy.aggregate_evaluate(server_round, replies)
+
+    def summary(self):
+        self.strategy.summary()
+        logger.info("RowwiseMean over the rows of %s", self.keys)
+
+
 # ---------------------------------------------------------------- client
 def _state_arrays(state, key):
     record = state.array_records.get(key) if key in state else None
     return None if record is None else _arrays(record)
 
 
-def _rebuild(cfg, record, state):
-    """The server's x^ from a message (dense or a chain over the node's
-    stored model). Raises ValueError saying why not."""
+def _decode_into(cfg, names, model, record, count):
+    codec = _CLIENT_CODECS.get(cfg["server_params"], names, model)
+    for i in range(count):
+        array = record.get(f"{PAYLOAD_KEY}.{i}")
+        if array is None or array.stype != STYPE:
+            raise ValueError(f"payload {i} is missing or not of stype {STYPE!r}")
+        delta = codec.decode(array.data)
+        model = [a + d for a, d in zip(model, delta)]
+    return model
+
+
+def _rebuild(cfg, record, state, initial_model=None):
+    """The model the server sent (dense, one payload over the model the node
+    holds, or a chain over the node's version). Raises ValueError saying why
+    not."""
     names = json.loads(cfg["names"])
     base = cfg["base"]
-    if base < 0:
+    if base == BASE_DENSE:
         got, model = _arrays(record)
         if got != names:
             raise ValueError(f"the dense model's arrays are {got}, the message names {names}")
         return names, model
+    if base == BASE_NODE:
+        stored = _state_arrays(state, _STATE_MODEL)
+        held = stored[1] if stored is not None and stored[0] == names else None
+        if held is None or model_crc(held) != cfg["base_crc"]:
+            held = initial_model() if initial_model is not None else None
+            if held is not None and model_crc(held) != cfg["base_crc"]:
+                raise ValueError("the server sent changes from the initial model, but the one "
+                                 "this client's initial_model() builds differs from the "
+                                 "server's (CRC): the server sends the whole model next time")
+        if held is None:
+            raise ValueError("the server sent changes from a model this node does not hold (its "
+                             "state was lost, or the server takes it to hold the initial model "
+                             "and the mod has no initial_model): the server sends the whole "
+                             "model next time")
+        return names, _decode_into(cfg, names, held, record, 1)
+    if base < 0:
+        raise ValueError(f"unknown message base {base}: install the same deepreduce_tf version "
+                         "on both sides")
     stored = _state_arrays(state, _STATE_MODEL)
     held = state.config_records[STATE_KEY]["version"] if STATE_KEY in state else None
     if stored is None or held != base:
         raise ValueError(f"the server sent the model as changes from version {base}, but this "
                          f"node holds {held!r}: its state was lost; the server sends the "
                          "whole model next time")
-    model = stored[1]
-    codec = _CLIENT_CODECS.get(cfg["server_params"], names, model)
-    for i in range(len(record)):
-        array = record[f"{PAYLOAD_KEY}.{i}"]
-        if array.stype != STYPE:
-            raise ValueError(f"payload {i} has stype {array.stype!r}, expected {STYPE!r}")
-        delta = codec.decode(array.data)
-        model = [a + d for a, d in zip(model, delta)]
-    return names, model
+    return names, _decode_into(cfg, names, stored[1], record, len(record))
 
 
-def deepreduce_mod(msg, context, call_next):
+class DeepReduceMod:
     """Flower client mod: rebuilds the server's model from a DeepReduce
     message, runs the ClientApp's function on the dense model, and sends its
     trained model back as a compressed update with error feedback. Messages
-    without a DeepReduce record pass through unchanged."""
+    without a DeepReduce record pass through unchanged.
+
+    ClientApp(mods=[deepreduce_mod]) (an instance without initial model), or
+    ClientApp(mods=[DeepReduceMod(initial_model=fn)]) where fn() returns the
+    model's initial arrays (numpy, in the server's order; e.g. the Keras
+    model built with the same seed as the server's): then a server with
+    downlink='per_node', initial_on_clients=True never sends this node the
+    dense model (its CRC is checked; a different model is an error reply).
+    """
+
+    def __init__(self, initial_model=None):
+        if initial_model is not None and not callable(initial_model):
+            raise TypeError("initial_model must be a function returning the initial arrays, got "
+                            f"{type(initial_model).__name__}")
+        self._initial_fn, self._initial = initial_model, None
+
+    def initial_model(self):
+        if self._initial is None:
+            arrays = self._initial_fn()
+            if isinstance(arrays, ArrayRecord):
+                arrays = arrays.to_numpy_ndarrays()
+            self._initial = [np.asarray(a) for a in arrays]
+        return [a.copy() for a in self._initial]
+
+    def __call__(self, msg, context, call_next):
+        return _mod(msg, context, call_next,
+                    self.initial_model if self._initial_fn is not None else None)
+
+
+def _mod(msg, context, call_next, initial_model):
     content = msg.content
     cfg = content.config_records.get(CONFIG_KEY) if msg.has_content() else None
     if cfg is None:
@@ -383,7 +633,7 @@ def deepreduce_mod(msg, context, call_next):
                          "deepreduce_tf version on both sides")
     key = cfg["arrays_key"]
     state = context.state
-    names, model = _rebuild(cfg, content.array_records[key], state)
+    names, model = _rebuild(cfg, content.array_records[key], state, initial_model)
     if model_crc(model) != cfg["crc"]:
         raise ValueError("the rebuilt model differs from the server's (CRC mismatch): "
                          "the node's state is out of date; the server sends the whole model "
@@ -413,3 +663,6 @@ def deepreduce_mod(msg, context, call_next):
     out[CONFIG_KEY] = ConfigRecord({"version": cfg["version"]})
     reply.content = out
     return reply
+
+
+deepreduce_mod = DeepReduceMod()

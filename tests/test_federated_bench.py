@@ -1,0 +1,121 @@
+"""benchmarks/federated_bench.py: the sampling that makes its configurations
+comparable, and its table."""
+import importlib.util
+import json
+import os
+import random
+
+import pytest
+
+pytest.importorskip("flwr")
+from flwr.app import ArrayRecord, ConfigRecord  # noqa: E402
+from flwr.serverapp.strategy import FedAvg  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(os.path.dirname(HERE), "benchmarks", "federated_bench.py")
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("federated_bench", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+fb = _load()
+
+
+class Grid:
+    def __init__(self, ids):
+        self.ids = ids
+
+    def get_node_ids(self):
+        return list(self.ids)
+
+
+def _partitions(seed, ids, rounds=5):
+    fedavg = FedAvg(fraction_train=0.3, min_train_nodes=3, min_available_nodes=10,
+                    fraction_evaluate=0.0)
+    seen = []
+    fb.seeded_sampling(fedavg, seed, lambda rnd, msgs: seen.append(len(msgs)))
+    out = []
+    for rnd in range(1, rounds + 1):
+        random.seed(12345 + rnd * len(out))  # whatever else used random meanwhile
+        messages = fedavg.configure_train(rnd, ArrayRecord(), ConfigRecord(), Grid(ids))
+        rank = {n: k for k, n in enumerate(sorted(ids))}
+        for m in messages:
+            # The partition is the node's rank among the sorted ids, per message.
+            assert m.content["config"]["partition"] == rank[m.metadata.dst_node_id]
+            assert m.content["config"]["server-round"] == rnd
+        out.append(sorted(m.content["config"]["partition"] for m in messages))
+    assert seen == [3] * rounds
+    return out
+
+
+@pytest.fixture
+def task_identity(monkeypatch):
+    """Messages need the identity Flower's runtime sets in its processes."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    for attr, value in (("_run_id", 1), ("_node_id", 0), ("_task_id", 1)):
+        monkeypatch.setattr(TaskIdentity, attr, value)
+
+
+def test_sampling_is_the_same_whatever_the_node_ids(task_identity):
+    rng = random.Random(0)
+    ids_a = [rng.getrandbits(63) for _ in range(10)]
+    ids_b = [rng.getrandbits(63) for _ in range(10)]  # another run's random node ids
+    a, b = _partitions(7, ids_a), _partitions(7, list(reversed(ids_b)))
+    assert a == b
+    assert len({tuple(p) for p in a}) > 1  # rounds differ
+    assert _partitions(8, ids_a) != a       # and seeds
+
+
+def test_table_has_per_node_rows_without_versions():
+    dense = 1000
+    fedavg_rows = [{"down_messages": 2, "down_bytes": 2000, "up_messages": 2, "up_bytes": 2000}]
+    node_rows = [{"down_messages": 2, "down_bytes": 100, "up_messages": 2, "up_bytes": 60,
+                  "versions": 0, "version_bytes": 0}]
+    results = [{"config": "fedavg", "rounds": fedavg_rows, "dense_bytes": dense,
+                "curve": [{"round": 1, "accuracy": 0.5}]},
+               {"config": "golomb_qsgd", "rounds": node_rows, "dense_bytes": dense,
+                "curve": [{"round": 1, "accuracy": 0.49}]}]
+    lines = fb.table(results).splitlines()
+    cells = [c.strip() for c in lines[2].split("|")]
+    # down 100/2000, version '-', up 60/2000, total 160/4000, -1 point.
+    assert cells == ["golomb_qsgd", "100", "60", "0.0500", "-", "0.0300", "0.0400", "0.4900",
+                     "-1.00 pts"]
+
+
+def _record(seed, finals):
+    rows = {"fedavg": [{"down_messages": 2, "down_bytes": 2000, "up_messages": 2,
+                        "up_bytes": 2000}],
+            "golomb_qsgd": [{"down_messages": 2, "down_bytes": 100, "up_messages": 2,
+                             "up_bytes": 60, "versions": 0, "version_bytes": 0}]}
+    return {"settings": {"seed": seed},
+            "results": [{"config": c, "rounds": rows[c], "dense_bytes": 1000,
+                         "curve": [{"round": 1, "accuracy": 0.1}, {"round": 2, "accuracy": 0.5},
+                                   {"round": 3, "accuracy": 0.6},
+                                   {"round": 4, "accuracy": finals[c]}]} for c in rows]}
+
+
+def test_seeds_table_pairs_each_seed_with_fedavg(tmp_path, capsys):
+    records = [_record(0, {"fedavg": 0.80, "golomb_qsgd": 0.79}),
+               _record(1, {"fedavg": 0.82, "golomb_qsgd": 0.83}),
+               _record(2, {"fedavg": 0.84, "golomb_qsgd": 0.835})]
+    paths = []
+    for i, rec in enumerate(records):
+        paths.append(tmp_path / f"s{i}.json")
+        paths[-1].write_text(json.dumps(rec))
+    assert fb.main(["--summarize", ",".join(map(str, paths))]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = {ln.split("|")[1].strip(): [c.strip() for c in ln.strip("|").split("|")]
+            for ln in lines[2:]}
+    # numpy: golomb finals mean 0.8183, sd 0.0247; paired -1, +1, -0.5 pts:
+    # mean -0.17, sd 1.04; the mean of the last 3 evaluations (0.5, 0.6,
+    # final) differs by a third of that: -0.06 ± 0.35.
+    assert rows["golomb_qsgd"] == ["golomb_qsgd", "3", "0.0500", "0.0300", "0.0400",
+                                   "0.7900, 0.8300, 0.8350", "0.8183 ± 0.0247",
+                                   "-0.17 ± 1.04", "-0.06 ± 0.35"]
+    assert rows["fedavg"][2:5] == ["1.0000", "1.0000", "1.0000"]
+    assert rows["fedavg"][6:] == ["0.8200 ± 0.0200", "–", "–"]
