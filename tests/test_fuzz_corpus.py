@@ -34,6 +34,7 @@ PER_BYTE = 8  # outputs per payload byte the self-sized formats can reach
 # The fuzzer's findings (fixed): each must now be refused, with this message.
 FINDINGS = {
     "golomb/regress_empty_set_with_stream.bin": r"holds no indices \(K=0\) but claims a stream",
+    "rle/regress_241_0_is_240.bin": r"gap \d+ of K=\d+ is truncated or not in shortest form",
 }
 
 

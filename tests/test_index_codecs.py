@@ -186,6 +186,24 @@ def test_rle_varint_classes(gap):
     assert len(payload) == ref.header_size(n, 1) + len(ref.rle_gap(gap))
 
 
+# The other forms of a gap that has a shorter one: each must be refused, so
+# that every index set has exactly one payload (the fuzzer found 241 0).
+@pytest.mark.parametrize("gap,form", [
+    (240, bytes([241, 0])),
+    (0, bytes([250, 0, 0, 0])),
+    (2288, bytes([250]) + (2288).to_bytes(3, "big")),
+    (67823, bytes([250]) + (67823).to_bytes(3, "big")),
+    (2**24 - 1, bytes([251]) + (2**24 - 1).to_bytes(4, "big")),
+    (2**32 - 1, bytes([252]) + (2**32 - 1).to_bytes(5, "big")),
+    (2**56 - 1, bytes([255]) + (2**56 - 1).to_bytes(8, "big")),
+])
+def test_rle_refuses_longer_forms(gap, form):
+    n = gap + 2
+    assert ref.encode_rle([gap], n) != ref.header("rle", n, 1) + form
+    payload = np.frombuffer(ref.header("rle", n, 1) + form, np.uint8)
+    invalid(lambda: index.decode("rle", payload), "not in shortest form")
+
+
 def test_huge_universe_int64():
     n = 2**62
     idx = [0, 5, 2**40, 2**61, n - 1]

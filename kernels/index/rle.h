@@ -13,7 +13,7 @@
 // two). At 1 % density it costs 8.7 bits/index like the original's 8.65,
 // at 0.1 % 15 instead of ~39:
 //   A0 <= 240              v = A0                                   1 byte
-//   241 <= A0 <= 248       v = 240 + 256 * (A0 - 241) + A1          2 bytes
+//   241 <= A0 <= 248       v = 240 + 256 * (A0 - 241) + A1 > 240    2 bytes
 //   A0 == 249              v = 2288 + 256 * A1 + A2                 3 bytes
 //   A0 == 250 + j, j=0..5  v = the next 3 + j bytes, big-endian     4..9 bytes
 // Only the shortest form of each value is accepted, so every index set has
@@ -67,6 +67,8 @@ DR_HOST_DEVICE bool GetGap(const uint8_t** p, const uint8_t* end, uint64_t* v) {
     *v = a0;
   } else if (a0 <= 248) {
     if (q >= end) return false;
+    // 241 0 would be 240, which has the 1-byte form.
+    if (a0 == 241 && *q == 0) return false;
     *v = 240 + 256 * static_cast<uint64_t>(a0 - 241) + *q++;
   } else if (a0 == 249) {
     if (end - q < 2) return false;
