@@ -54,6 +54,8 @@ CONFIGS = {
                       "index": "bloom", "policy": "p0", "value": "qsgd"},
     "golomb_qsgd": {"compressor": "topk", "compress_ratio": 0.1, "deepreduce": "both",
                     "index": "golomb", "value": "qsgd"},
+    "golomb_qsgd4_r15": {"compressor": "topk", "compress_ratio": 0.15, "deepreduce": "both",
+                         "index": "golomb", "value": "qsgd", "bits": 4},
 }
 DESCRIPTIONS = {
     "fedavg": "FedAvg, dense both ways",
@@ -62,6 +64,7 @@ DESCRIPTIONS = {
     "bloom_p0_polyfit": "top-r 10 %, Bloom-P0 indices, polyfit values",
     "qsgd_bloom_p0": "top-r 10 %, Bloom-P0 indices, QSGD 8-bit values",
     "golomb_qsgd": "top-r 10 %, golomb indices (lossless), QSGD 8-bit values",
+    "golomb_qsgd4_r15": "top-r 15 %, golomb indices (lossless), QSGD 4-bit values",
 }
 
 
@@ -228,6 +231,38 @@ def seeded_sampling(fedavg, seed, on_messages=None):
     fedavg.configure_train = sampled
 
 
+def watch_replies(strategy):
+    """Returns a list that collects (round, reason) for every reply that is an
+    error (a client that raised), as the strategy receives them."""
+    failed = []
+    aggregate = strategy.aggregate_train
+
+    def watched(rnd, replies):
+        replies = list(replies)
+        failed.extend((rnd, m.error.reason) for m in replies if m.has_error())
+        return aggregate(rnd, replies)
+
+    strategy.aggregate_train = watched
+    return failed
+
+
+def installed_ops_env(env):
+    """The environment for a configuration's process. Flower's simulation
+    workers start in the current directory: from the repository root they
+    would import the source tree's deepreduce_tf, which holds no compiled
+    library; point them at the library of the deepreduce_tf this process
+    imports (the installed one), unless DEEPREDUCE_TF_OPS_LIB is set."""
+    import importlib.util
+
+    if env.get("DEEPREDUCE_TF_OPS_LIB"):
+        return env
+    spec = importlib.util.find_spec("deepreduce_tf")
+    if spec is None or not spec.origin:
+        return env
+    lib = os.path.join(os.path.dirname(spec.origin), "ops", "_deepreduce_ops.so")
+    return dict(env, DEEPREDUCE_TF_OPS_LIB=lib) if os.path.exists(lib) else env
+
+
 def run_one(args):
     """One configuration: a Flower simulation; prints RESULT <json>."""
     import keras
@@ -319,9 +354,11 @@ def run_one(args):
                                     "dense_bytes": dense})
 
         seeded_sampling(fedavg, args.seed, counted)
+        failed = watch_replies(strategy)
         start = time.perf_counter()
         strategy.start(grid=grid, initial_arrays=ArrayRecord(initial), num_rounds=args.rounds,
                        evaluate_fn=evaluate)
+        out["failed"] = failed
         out.update(config=args.one, params=params, description=DESCRIPTIONS[args.one],
                    downlink=None if params is None else args.downlink,
                    initial_on_clients=params is not None and args.initial_on_clients,
@@ -332,6 +369,12 @@ def run_one(args):
 
     run_simulation(server_app=server, client_app=client, num_supernodes=task.num_clients,
                    backend_config={"client_resources": {"num_cpus": 1}})
+    if "curve" not in out:
+        sys.exit(f"{args.one}: the simulation ended before its last round (see the log above)")
+    failed = out.pop("failed")
+    if failed:  # figures of a run whose clients failed would be wrong
+        sys.exit(f"{args.one}: {len(failed)} client replies were errors, the first in round "
+                 f"{failed[0][0]}: {failed[0][1][:2000]}")
     print("RESULT " + json.dumps(out))
 
 
@@ -492,7 +535,7 @@ def main(argv=None):
     if unknown:
         parser.error(f"unknown configuration(s) {unknown}; valid: {', '.join(CONFIGS)}")
     results = []
-    env = dict(os.environ, RAY_DISABLE_USAGE_STATS="1")
+    env = installed_ops_env(dict(os.environ, RAY_DISABLE_USAGE_STATS="1"))
     for name in names:
         cmd = [sys.executable, os.path.abspath(__file__), f"--one={name}"] + [
             a for a in (argv if argv is not None else sys.argv[1:])

@@ -4,6 +4,7 @@ import importlib.util
 import json
 import os
 import random
+import sys
 
 import pytest
 
@@ -119,3 +120,42 @@ def test_seeds_table_pairs_each_seed_with_fedavg(tmp_path, capsys):
                                    "-0.17 ± 1.04", "-0.06 ± 0.35"]
     assert rows["fedavg"][2:5] == ["1.0000", "1.0000", "1.0000"]
     assert rows["fedavg"][6:] == ["0.8200 ± 0.0200", "–", "–"]
+
+
+class _Reply:
+    def __init__(self, reason=None):
+        self.reason = reason
+
+    def has_error(self):
+        return self.reason is not None
+
+    @property
+    def error(self):
+        return type("Error", (), {"reason": self.reason})()
+
+
+def test_client_errors_are_collected_for_the_run_to_fail():
+    class Strategy:
+        def aggregate_train(self, rnd, replies):
+            return rnd, len(list(replies))
+
+    strategy = Strategy()
+    failed = fb.watch_replies(strategy)
+    assert strategy.aggregate_train(1, iter([_Reply(), _Reply()])) == (1, 2)
+    assert failed == []
+    assert strategy.aggregate_train(2, iter([_Reply("no op library"), _Reply()])) == (2, 2)
+    assert failed == [(2, "no op library")]
+
+
+def test_simulation_workers_get_the_library_of_the_imported_package(tmp_path, monkeypatch):
+    assert fb.installed_ops_env({"DEEPREDUCE_TF_OPS_LIB": "/x.so"}) == {
+        "DEEPREDUCE_TF_OPS_LIB": "/x.so"}
+    pkg = tmp_path / "deepreduce_tf"
+    (pkg / "ops").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    monkeypatch.delitem(sys.modules, "deepreduce_tf", raising=False)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert fb.installed_ops_env({"A": "1"}) == {"A": "1"}  # a tree without a library
+    (pkg / "ops" / "_deepreduce_ops.so").write_bytes(b"")
+    assert fb.installed_ops_env({"A": "1"}) == {
+        "A": "1", "DEEPREDUCE_TF_OPS_LIB": str(pkg / "ops" / "_deepreduce_ops.so")}
