@@ -568,8 +568,8 @@ class Compressor(tf.Module):
         if self.nonfinite == "raise":
             x = tf.debugging.assert_all_finite(
                 x, message=f"gradient {key!r} holds NaN or Inf (nonfinite='raise')")
-        # One pass: NaN and Inf compare False as well.
-        fits = tf.reduce_all(tf.abs(x) <= tf.constant(self.value_limit(x.dtype), x.dtype))
+        # One pass, nothing allocated: NaN and Inf do not fit either.
+        fits = fusion_ops.all_within(x, self.value_limit(x.dtype))
         in_warmup, ratio = self._warmup_plan(step) if step is not None else (None, None)
         if in_warmup is not None and ratio is None:  # dense warm-up: sent as it is
             fits = tf.logical_and(fits, tf.logical_not(in_warmup))

@@ -80,3 +80,47 @@ def test_argument_errors():
         fusion_ops.split_reshape(tf.zeros([2]), [])
     with pytest.raises((tf.errors.InvalidArgumentError, ValueError), match="vector"):
         fusion_ops.split_reshape(tf.zeros([2, 1]), [(2,)])
+
+
+def _within_reference(a, limit):
+    w = np.abs(a.astype(np.float64))
+    return bool(np.all(np.isfinite(w) & (w <= limit)))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f16", "bf16", "f32", "f64"])
+def test_all_within_matches_numpy(rng, run, dtype):
+    big = rng.normal(size=300_001).astype(dtype)  # several chunks of the thread pool
+    finfo_max = float(tf.as_dtype(dtype).max)
+    cases = []
+    for limit in (4.0, 1e4, 65504.0, finfo_max):
+        cases.append((big, limit))
+        for bad in (np.nan, np.inf, -np.inf, 4.5, -4.5):
+            for at in (0, 150_000, 300_000):
+                a = big.copy()
+                a[at] = bad
+                cases.append((a, limit))
+    cases += [(np.zeros(0, dtype), 0.0), (np.array([-0.0, 0.0], dtype), 0.0),
+              (np.array([1.0], dtype), 0.5), (np.array([4.0], dtype), 4.0),
+              (np.array([-4.0], dtype), 4.0)]
+    for a, limit in cases:
+        got = run(lambda x: fusion_ops.all_within(x, limit), tf.constant(a))
+        assert bool(got) == _within_reference(a, limit), (a[:3], limit)
+
+
+def test_all_within_limit_is_never_rounded_up():
+    # 1 + 2^-30 rounds to 1.0f up... and 1 - 2^-30 down to 1.0f: the op must
+    # refuse 1.0 for a limit just below it, as numpy does in float64.
+    x = tf.constant([1.0], tf.float32)
+    assert not bool(fusion_ops.all_within(x, 1.0 - 2.0**-30))
+    assert bool(fusion_ops.all_within(x, 1.0))
+    # Beyond float32's range: every finite float64 fits, Inf does not.
+    assert bool(fusion_ops.all_within(tf.constant([1e300], tf.float64), 1.7e308))
+    assert not bool(fusion_ops.all_within(tf.constant([np.inf], tf.float64), 1.7e308))
+
+
+def test_all_within_argument_errors():
+    with pytest.raises(TypeError, match="float tensor"):
+        fusion_ops.all_within(tf.constant([1], tf.int32), 1.0)
+    for bad in (-1.0, float("nan")):
+        with pytest.raises(ValueError, match="limit must be >= 0"):
+            fusion_ops.all_within(tf.constant([1.0]), bad)

@@ -7,6 +7,7 @@ tf.concat of reshaped tensors and tf.split followed by reshapes do the same,
 with two or three graph nodes per tensor; a step that fuses the gradients of
 V variables would grow with V. These ops add one node per call whatever V.
 """
+import numpy as np
 import tensorflow as tf
 
 from deepreduce_tf.ops import _loader
@@ -72,6 +73,36 @@ def _gpu_process():
     """True if this process sees a GPU: the scatter ops below then use
     TensorFlow's (the library's are CPU-only)."""
     return bool(tf.config.list_logical_devices("GPU"))
+
+
+def all_within(x, limit, name=None):
+    """True iff every element of x is finite and |x| <= limit (a bool
+    scalar): one pass without temporaries, where abs -> less_equal ->
+    reduce_all makes two the size of x.
+
+    Args:
+      x: a float tensor (float16, bfloat16, float32 or float64).
+      limit: a Python number >= 0; rounded down to a float32 (a limit beyond
+        float32's range means: every element finite).
+    """
+    x = tf.convert_to_tensor(x)
+    if x.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"all_within needs a float tensor, got {x.dtype.name}")
+    limit = float(limit)
+    if not limit >= 0:
+        raise ValueError(f"all_within: limit must be >= 0, got {limit}")
+    if limit > float(np.finfo(np.float32).max):
+        limit32 = np.float32(np.inf)
+    else:
+        limit32 = np.float32(limit)
+        if float(limit32) > limit:  # never above the limit asked for
+            limit32 = np.nextafter(limit32, np.float32(0))
+    limit = float(limit32)
+    if _gpu_process():
+        finite = tf.reduce_all(tf.math.is_finite(x))
+        return tf.logical_and(finite, tf.reduce_all(tf.abs(x) <= tf.constant(limit, x.dtype)),
+                              name=name)
+    return _loader.load().deep_reduce_all_within(x, limit=limit, name=name)
 
 
 def scatter_sum(positions, values, n, name=None):

@@ -90,6 +90,16 @@ REGISTER_OP("DeepReduce>ScatterSubtract")
     .Attr("T: {half, bfloat16, float, double}")
     .SetShapeFn(ScatterSubtractShape);
 
+REGISTER_OP("DeepReduce>AllWithin")
+    .Input("x: T")
+    .Output("fits: bool")
+    .Attr("limit: float")
+    .Attr("T: {half, bfloat16, float, double}")
+    .SetShapeFn([](InferenceContext* c) {
+      c->set_output(0, c->Scalar());
+      return absl::OkStatus();
+    });
+
 REGISTER_OP("DeepReduce>FlattenConcat")
     .Input("values: N * T")
     .Output("flat: T")
