@@ -159,3 +159,13 @@ def test_simulation_workers_get_the_library_of_the_imported_package(tmp_path, mo
     (pkg / "ops" / "_deepreduce_ops.so").write_bytes(b"")
     assert fb.installed_ops_env({"A": "1"}) == {
         "A": "1", "DEEPREDUCE_TF_OPS_LIB": str(pkg / "ops" / "_deepreduce_ops.so")}
+
+
+def test_the_data_source_is_named(monkeypatch):
+    import deepreduce_tf.data as data
+
+    monkeypatch.setattr(data, "find_fashion_mnist", lambda data_dir=None: None)
+    assert fb.data_source("fmnist") == "synthetic"
+    monkeypatch.setattr(data, "find_fashion_mnist", lambda data_dir=None: "/some/dir")
+    assert fb.data_source("fmnist") == "fashion-mnist"
+    assert fb.data_source("ncf") == "movielens"
