@@ -23,7 +23,7 @@ IAE = tf.errors.InvalidArgumentError
 DTYPES = [tf.float16, tf.bfloat16, tf.float32, tf.float64]
 BLOCK = 16384             # kBlock in sparsify_kernels.cc
 INLINE_MAX = 4 * BLOCK    # kInlineMaxLen: shorter segments run one per worker
-SAMPLED_N = 300_007       # >= 2^18: a segment this long takes the sampled path
+SAMPLED_N = 300_007       # >= 2^16 (kSampleMinN = INLINE_MAX): the sampled path
 
 
 @pytest.fixture(params=DTYPES, ids=lambda d: d.name)
@@ -165,7 +165,7 @@ def test_top_k_hand_checked(run):
 
 @pytest.mark.parametrize("n", [1, 1000, 40000, INLINE_MAX, SAMPLED_N])
 def test_one_segment_equals_top_k(dtype, n, rng):
-    """S = 1 is top_k exactly, on every path (short, long exact, sampled)."""
+    """S = 1 is top_k exactly, on every path (short, sampled, its fallback)."""
     x = make("normal", n, dtype, rng)
     x[::13] = x[::11][: len(x[::13])]  # some exact ties
     xt = tf.constant(x)
@@ -196,8 +196,8 @@ def test_two_hundred_small_segments(run, dtype, rng):
 
 @pytest.mark.parametrize("kind", ["normal", "int_ties", "nan_inf"])
 def test_huge_segment_among_small_ones(kind, rng):
-    """Long segments (the sampled path, the pool's exact path) between many
-    short ones; lengths at the short/long border."""
+    """Long segments (the sampled path, and its exact fallback on ties)
+    between many short ones; lengths at the short/long border."""
     small = list(rng.integers(1, 300, 120))
     lengths = (small[:40] + [SAMPLED_N] + small[40:80] + [INLINE_MAX, INLINE_MAX - 1, 70000]
                + small[80:] + [0])

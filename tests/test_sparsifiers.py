@@ -146,7 +146,7 @@ def test_top_k_many_blocks(dtype, kind, rng):
         assert_selection(to_np(sparsify.top_k(xt, k)), ref.top_k(x, k))
 
 
-SAMPLED_N = 300_007  # >= 2^18: the sampled-bounds path (kSampleMinN)
+SAMPLED_N = 300_007  # >= 2^16: the sampled-bounds path (kSampleMinN)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -160,13 +160,18 @@ def test_top_k_large_sampled_path(dtype, kind, rng):
 
 
 def test_top_k_unrepresentative_sample_falls_back(rng):
-    """Large values only outside the sampled chunks (the kernel samples 512
-    evenly spaced chunks of 128): the sampled bounds miss, the exact path
-    answers."""
-    n = SAMPLED_N
+    """Large values only outside the sampled chunks (the kernel samples
+    n/4096 evenly spaced chunks of 128, between 32 and 512 of them): the
+    sampled bounds miss, the exact path answers."""
+    for n in [SAMPLED_N, 70_001]:
+        check_unrepresentative_sample(n, rng)
+
+
+def check_unrepresentative_sample(n, rng):
+    chunks = min(max(n // 4096, 32), 512)
     sampled = np.zeros(n, bool)
-    for c in range(512):
-        start = c * (n - 128) // 511
+    for c in range(chunks):
+        start = c * (n - 128) // (chunks - 1)
         sampled[start:start + 128] = True
     x = (rng.standard_normal(n) * 1e-3).astype(np.float32)
     outside = np.flatnonzero(~sampled)

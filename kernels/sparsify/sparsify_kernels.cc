@@ -5,8 +5,9 @@
 // Top-k and random-k select the k largest keys (SelectLargest) of a key
 // functor, by one of two exact methods:
 //
-// Sampled bounds (n >= 2^18; the usual case): a 65536-key sample gives keys
-// lo <= hi that bracket the k-th largest key with high probability. ONE
+// Sampled bounds (n >= 2^16; the usual case): a sample of n/32 keys (4096 to
+// 65536) gives keys lo <= hi that bracket the k-th largest key with high
+// probability. ONE
 // streaming pass over x marks every key >= lo in a bitmap (1 bit/position),
 // counts the keys > hi per block and copies the keys in [lo, hi] (the
 // candidates, ~2 % of n at K = 1 %) block by block. A radix select over the
@@ -506,9 +507,21 @@ absl::Status SelectLargestExact(Exec& exec, const Keys& keys, int64_t n, int64_t
 // over x instead of three. If the bounds were wrong (the sample was
 // unrepresentative, or a huge group of equal keys lies between them) nothing
 // has been written and *done is false: the caller runs the exact path.
-constexpr int64_t kSampleMinN = int64_t{1} << 18;
-constexpr int64_t kSampleChunks = 512;
-constexpr int64_t kSampleChunkLen = 128;  // sample size 65536
+//
+// The sample is 1/32 of n in chunks of kSampleChunkLen keys, at least
+// kMinSampleChunks and at most kMaxSampleChunks chunks (4096 to 65536 keys):
+// a fixed 65536-key sample cost two single-threaded nth_element calls over
+// it per call, which dominated a bucket of many mid-sized segments (ResNet-50's 3x3
+// convolutions). A smaller sample only widens the bracket (more candidates,
+// still a few per cent of n at K = 1 %), never the answer.
+constexpr int64_t kSampleMinN = int64_t{1} << 16;
+constexpr int64_t kSampleChunkLen = 128;
+constexpr int64_t kMinSampleChunks = 32;   // 4096 keys
+constexpr int64_t kMaxSampleChunks = 512;  // 65536 keys
+
+int64_t SampleChunksFor(int64_t n) {
+  return std::clamp<int64_t>(n / (32 * kSampleChunkLen), kMinSampleChunks, kMaxSampleChunks);
+}
 
 template <typename Exec, typename Keys, typename T, typename Tidx>
 absl::Status SelectLargestSampled(Exec& exec, const Keys& keys, int64_t n, int64_t k,
@@ -516,17 +529,17 @@ absl::Status SelectLargestSampled(Exec& exec, const Keys& keys, int64_t n, int64
                                   bool* done) {
   using U = typename Keys::U;
   *done = false;
-  const RadixPlan plan = MakeRadixPlan(keys.KeyBits());
-  constexpr int64_t S = kSampleChunks * kSampleChunkLen;
+  const int64_t chunks = SampleChunksFor(n);
+  const int64_t S = chunks * kSampleChunkLen;
 
   // Sample: evenly spaced contiguous chunks (cheap to read, and gradients
   // are laid out layer by layer, so every part of the tensor is represented).
   Tensor sample_t;
   U* sample = nullptr;
   TF_RETURN_IF_ERROR(exec.Temp(S, &sample_t, &sample));
-  exec.For(kSampleChunks, kSampleChunkLen * 4, [&](int64_t begin, int64_t end) {
+  exec.For(chunks, kSampleChunkLen * 4, [&](int64_t begin, int64_t end) {
     for (int64_t c = begin; c < end; ++c) {
-      const int64_t start = c * (n - kSampleChunkLen) / (kSampleChunks - 1);
+      const int64_t start = c * (n - kSampleChunkLen) / (chunks - 1);
       for (int64_t j = 0; j < kSampleChunkLen; ++j) {
         sample[c * kSampleChunkLen + j] = keys(start + j);
       }
@@ -541,18 +554,21 @@ absl::Status SelectLargestSampled(Exec& exec, const Keys& keys, int64_t n, int64
   U hi = std::numeric_limits<U>::max();
   U lo = 0;
   auto by_desc = [](U a, U b) { return a > b; };
-  if (hi_rank >= 0) {
-    std::nth_element(sample, sample + hi_rank, sample + S, by_desc);
-    hi = sample[hi_rank];
-  }
+  // lo first: it leaves the lo_rank largest keys in front, where hi lies.
+  int64_t front = S;
   if (lo_rank < S) {
     std::nth_element(sample, sample + lo_rank, sample + S, by_desc);
     lo = sample[lo_rank];
+    front = lo_rank;
   }
-  // Room for the candidates: twice their expected number, at least 2^16.
+  if (hi_rank >= 0) {
+    std::nth_element(sample, sample + hi_rank, sample + front, by_desc);
+    hi = sample[hi_rank];
+  }
+  // Room for the candidates: twice their expected number, plus 4096.
   const int64_t expected_cand =
       static_cast<int64_t>(static_cast<double>(n) * (lo_rank - hi_rank + 1) / S);
-  const int64_t cap = std::min<int64_t>(n, 2 * expected_cand + (int64_t{1} << 16));
+  const int64_t cap = std::min<int64_t>(n, 2 * expected_cand + 4096);
 
   const int64_t num_blocks = (n + kBlock - 1) / kBlock;
   constexpr int64_t kWordsPerBlock = kBlock / 64;
@@ -614,6 +630,9 @@ absl::Status SelectLargestSampled(Exec& exec, const Keys& keys, int64_t n, int64
   U threshold = lo;
   int64_t need = k - above_total;
   if (!single) {
+    // Digits as narrow as the candidates are few: a 2^16-counter histogram
+    // per worker and level would cost more than the candidates themselves.
+    const RadixPlan plan = MakeRadixPlan(keys.KeyBits(), LevelBitsFor(num_cand));
     TF_RETURN_IF_ERROR(RefineKthKey(exec, plan, cand, num_cand, /*level=*/0,
                                     &threshold, &need));
   }
