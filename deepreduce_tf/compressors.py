@@ -495,22 +495,32 @@ class Compressor(tf.Module):
             positions = None
             values = x
         else:
+            # The selection kernels give the values too: no gather (K random
+            # reads of x) unless the index codec changes the positions.
             if lengths is None:
-                select = lambda: self.sparsifier.select(x, seed)  # noqa: E731
+                select = lambda: self.sparsifier.select_values(x, seed)  # noqa: E731
             else:
-                select = lambda: self.sparsifier.select_segments(x, lengths, seed)  # noqa: E731
+                select = lambda: self.sparsifier.select_segments_values(  # noqa: E731
+                    x, lengths, seed)
+
+            def selected(pair):
+                return tf.cast(pair[0], tf.int64), tf.convert_to_tensor(pair[1], dtype)
+
             if ratio is None:
-                idx = select()
+                idx, values = selected(select())
             else:  # the exponential warm-up: this step's ratio until it ends
                 in_warmup, value = ratio
-                idx = tf.cond(in_warmup, lambda: tf.cast(self.sparsifier.select_ratio(
-                    x, lengths or [n], value), tf.int64), lambda: tf.cast(select(), tf.int64))
+                idx, values = tf.cond(
+                    in_warmup,
+                    lambda: selected(self.sparsifier.select_ratio_values(x, lengths or [n], value)),
+                    lambda: selected(select()))
             k = tf.size(idx, out_type=tf.int64)
             if not self.index_codec.carries_order:
                 ienc = self.index_codec.encode(idx, n)
             positions = idx if ienc is None else ienc.positions
             count = tf.size(positions, out_type=tf.int64)
-            values = tf.gather(x, positions)
+            if positions is not idx:  # a Bloom filter's positions: more than idx
+                values = tf.gather(x, positions)
         vc = self.value_codec
         ok = None
         if vc.name == "raw":
@@ -556,7 +566,7 @@ class Compressor(tf.Module):
             limit = min(limit, float(self.value_codec.max_abs))
         return limit
 
-    def _encode_guarded(self, x, key, seed, lengths=None, step=None):
+    def _encode_guarded(self, x, key, seed, lengths=None, step=None, fits=None):
         """Memory-compensated x -> (_Encoded, memory update op).
 
         The step is sent dense, in x's own dtype, when x holds a value the
@@ -564,12 +574,15 @@ class Compressor(tf.Module):
         the step instead), a finite value beyond the codec's range (fp16
         above 65504, ...), or one the codec rounds to Inf in x's dtype. A
         dense step leaves the residual empty, except for NaN/Inf: then the
-        residual is kept (or reset if it is not finite itself)."""
+        residual is kept (or reset if it is not finite itself).
+
+        fits: all_within(x, value_limit) when the caller has it already
+        (Memory.compensate_within computes it in the compensation's pass)."""
         if self.nonfinite == "raise":
             x = tf.debugging.assert_all_finite(
                 x, message=f"gradient {key!r} holds NaN or Inf (nonfinite='raise')")
-        # One pass, nothing allocated: NaN and Inf do not fit either.
-        fits = fusion_ops.all_within(x, self.value_limit(x.dtype))
+        if fits is None:  # one pass, nothing allocated: NaN and Inf do not fit either
+            fits = fusion_ops.all_within(x, self.value_limit(x.dtype))
         in_warmup, ratio = self._warmup_plan(step) if step is not None else (None, None)
         if in_warmup is not None and ratio is None:  # dense warm-up: sent as it is
             fits = tf.logical_and(fits, tf.logical_not(in_warmup))
@@ -675,10 +688,10 @@ class Compressor(tf.Module):
                 ctx, effects = self._context(key, tensor, True, payload)
                 return guarded(payload, *effects), ctx
             (x,) = self._clip([x])
-            x = self.memory.compensate(x, key)
+            x, fits = self.memory.compensate_within(x, key, self.value_limit(x.dtype))
             step = self.advance(key) if counted else None
             seed = self.step_seed(key, step) if seeded else tf.constant(0, tf.int64)
-            enc, update = self._encode_guarded(x, key, seed, step=step)
+            enc, update = self._encode_guarded(x, key, seed, step=step, fits=fits)
             meta = self._meta(enc.mode, x.dtype, n, enc.k, enc.count, (enc.aux0, enc.aux1),
                               config=identity)
             payload = payload_ops.pack([enc.index, enc.value, enc.perm], meta)
@@ -778,10 +791,10 @@ class Compressor(tf.Module):
         with tf.control_dependencies(deps):
             update = None
             if sparse_n:
-                x = self.memory.compensate(x, key)
+                x, fits = self.memory.compensate_within(x, key, self.value_limit(x.dtype))
                 step = self.advance(key) if counted else None
                 seed = self.step_seed(key, step) if seeded else tf.constant(0, tf.int64)
-                enc, update = self._encode_guarded(x, key, seed, bucket.lengths, step)
+                enc, update = self._encode_guarded(x, key, seed, bucket.lengths, step, fits)
             else:
                 enc = self._encode_dense(tf.zeros([0], bucket.dtype))
             dense_section = self._raw_bytes(rest) if dense_n else tf.zeros([0], tf.uint8)

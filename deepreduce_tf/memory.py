@@ -43,6 +43,13 @@ class Memory(tf.Module, abc.ABC):
         None): callers make their output depend on it, so that a TF1 graph
         runs it."""
 
+    def compensate_within(self, tensor, key, limit):
+        """(compensate(tensor, key), fusion_ops.all_within(of it, limit)):
+        the compensated tensor and whether the value codec can carry it.
+        ResidualMemory does both in one pass."""
+        compensated = self.compensate(tensor, key)
+        return compensated, fusion_ops.all_within(compensated, limit)
+
     def update_sent(self, key, compensated, sent, keep=None):
         """update() with what was sent given as a Sent (sparse form). The
         default materializes the decoded tensor; ResidualMemory does not."""
@@ -176,6 +183,12 @@ class ResidualMemory(Memory):
         if self.beta == 1.0 and self.gamma == 1.0:
             return tensor + r
         return tf.cast(self.beta, tensor.dtype) * r + tf.cast(self.gamma, tensor.dtype) * tensor
+
+    def compensate_within(self, tensor, key, limit):
+        if self.beta == 1.0 and self.gamma == 1.0:
+            r = self.residual(key, like=tensor)
+            return fusion_ops.add_within(tensor, r, limit)
+        return super().compensate_within(tensor, key, limit)
 
     def update(self, key, compensated, decoded, keep=None):
         return self._store(key, compensated, lambda: compensated - decoded, keep)

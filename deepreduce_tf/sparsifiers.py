@@ -64,6 +64,19 @@ class Sparsifier(abc.ABC):
             start += length
         return tf.concat(parts, 0)
 
+    def select_values(self, x, seed):
+        """(select(x, seed), x at those positions). The built-in sparsifiers
+        take the values from their selection kernel, which has them at hand;
+        a gather afterwards reads x at K random places (a cache miss each on
+        a large bucket)."""
+        idx = self.select(x, seed)
+        return idx, tf.gather(x, idx)
+
+    def select_segments_values(self, x, lengths, seed):
+        """(select_segments(x, lengths, seed), x at those positions)."""
+        idx = self.select_segments(x, lengths, seed)
+        return idx, tf.gather(x, idx)
+
     def config(self):
         return {}
 
@@ -108,22 +121,28 @@ class TopK(Sparsifier):
         return cfg
 
     def select(self, x, seed):
+        return self.select_values(x, seed)[0]
+
+    def select_values(self, x, seed):
         if self.skip_zeros:
             n = int(x.shape.num_elements())
             return self._segmented(x, [n], sparsify_ops.segment_ks([n], self.compress_ratio))
-        idx, _ = sparsify_ops.top_k_ratio(x, self.compress_ratio)
-        return idx
+        return sparsify_ops.top_k_ratio(x, self.compress_ratio)
 
     # select_ratio() exists: the compressor's exponential warm-up may use it.
     def select_segments(self, x, lengths, seed):
+        return self.select_segments_values(x, lengths, seed)[0]
+
+    def select_segments_values(self, x, lengths, seed):
         if self.scope == "bucket" or len(lengths) == 1:
-            return self.select(x, seed)
+            return self.select_values(x, seed)
         return self._segmented(x, list(lengths),
                                sparsify_ops.segment_ks(lengths, self.compress_ratio))
 
     def _segmented(self, x, lengths, ks):
         """segmented_top_k over segments of static `lengths` with ks (numpy
-        or a tensor), capped by each segment's non-zeros with skip_zeros."""
+        or a tensor), capped by each segment's non-zeros with skip_zeros.
+        Returns (positions, values)."""
         import numpy as np
 
         offsets = np.cumsum([0] + list(lengths), dtype=np.int64)
@@ -132,14 +151,17 @@ class TopK(Sparsifier):
             nonzero = tf.cast(tf.not_equal(tf.reshape(x, [-1]), 0), tf.int64)
             count = tf.concat([tf.zeros([1], tf.int64), tf.cumsum(nonzero)], 0)
             ks = tf.minimum(ks, tf.gather(count, offsets[1:]) - tf.gather(count, offsets[:-1]))
-        idx, _ = sparsify_ops.segmented_top_k(x, tf.constant(offsets), ks)
-        return idx
+        return sparsify_ops.segmented_top_k(x, tf.constant(offsets), ks)
 
     def select_ratio(self, x, lengths, ratio):
         """select_segments with a run-time ratio (a float64 scalar tensor in
         (0, 1]) instead of compress_ratio: k = min(n, max(1, ceil(ratio * n)))
         per segment (per bucket with scope 'bucket'), the rule of
         sparsify.k_for_ratio."""
+        return self.select_ratio_values(x, lengths, ratio)[0]
+
+    def select_ratio_values(self, x, lengths, ratio):
+        """(select_ratio(x, lengths, ratio), x at those positions)."""
         lengths = [int(x.shape.num_elements())] if self.scope == "bucket" else list(lengths)
         n = tf.constant(lengths, tf.int64)
         k = tf.cast(tf.math.ceil(ratio * tf.cast(n, tf.float64)), tf.int64)
@@ -166,15 +188,19 @@ class RandomK(Sparsifier):
         return {"compress_ratio": self.compress_ratio, "scope": self.scope}
 
     def select(self, x, seed):
-        idx, _ = sparsify_ops.random_k_ratio(x, self.compress_ratio, seed)
-        return idx
+        return self.select_values(x, seed)[0]
+
+    def select_values(self, x, seed):
+        return sparsify_ops.random_k_ratio(x, self.compress_ratio, seed)
 
     def select_segments(self, x, lengths, seed):
+        return self.select_segments_values(x, lengths, seed)[0]
+
+    def select_segments_values(self, x, lengths, seed):
         if self.scope == "bucket" or len(lengths) == 1:
-            return self.select(x, seed)
+            return self.select_values(x, seed)
         offsets, ks = _segments(lengths, self.compress_ratio)
-        idx, _ = sparsify_ops.segmented_random_k(x, offsets, ks, seed)
-        return idx
+        return sparsify_ops.segmented_random_k(x, offsets, ks, seed)
 
 
 class Threshold(Sparsifier):
@@ -194,8 +220,13 @@ class Threshold(Sparsifier):
         return {"threshold": self.threshold}
 
     def select(self, x, seed):
-        idx, _ = sparsify_ops.threshold(x, tf.constant(self.threshold, x.dtype))
-        return idx
+        return self.select_values(x, seed)[0]
+
+    def select_values(self, x, seed):
+        return sparsify_ops.threshold(x, tf.constant(self.threshold, x.dtype))
+
+    def select_segments_values(self, x, lengths, seed):
+        return self.select_values(x, seed)  # element-wise: segments do not matter
 
 
 class NoSparsifier(Sparsifier):

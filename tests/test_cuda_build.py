@@ -62,12 +62,14 @@ GPU_OPS = {
 # hardware CRC32C, a sequential bit packer): a GPU kernel would only add
 # device round trips. ScatterSum/ScatterSubtract (in-order scatters of a
 # step's decoded values): a process with a GPU uses TensorFlow's scatter ops;
-# AllWithin (a step's range check) likewise uses TensorFlow's ops there.
+# AllWithin and AddWithin (a step's range check, with or without the
+# compensation) likewise use TensorFlow's ops there.
 CPU_ONLY_OPS = {PREFIX + "BloomFilterSelect", PREFIX + "BuildInfo",
                 PREFIX + "DeflateEncode", PREFIX + "DeflateDecode",
                 PREFIX + "PayloadPack", PREFIX + "PayloadUnpack",
                 PREFIX + "PermEncode", PREFIX + "PermDecode",
-                PREFIX + "ScatterSum", PREFIX + "ScatterSubtract", PREFIX + "AllWithin"}
+                PREFIX + "ScatterSum", PREFIX + "ScatterSubtract", PREFIX + "AllWithin",
+                PREFIX + "AddWithin"}
 # Ops whose CUDA kernels are not written yet; TensorFlow places them on the
 # CPU. The segmented sparsifiers (kernels/sparsify/sparsify.h): their GPU
 # version, a segmented radix select (one launch over all segments), comes

@@ -124,3 +124,53 @@ def test_all_within_argument_errors():
     for bad in (-1.0, float("nan")):
         with pytest.raises(ValueError, match="limit must be >= 0"):
             fusion_ops.all_within(tf.constant([1.0]), bad)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f16", "bf16", "f32", "f64"])
+def test_add_within_is_tf_add_and_all_within(rng, run, dtype):
+    """The sum has exactly TensorFlow's x + y bits (for the 16-bit types too,
+    where the sum rounds twice: to float, then to the type), the flag is
+    all_within of that sum."""
+    n = 300_001  # several chunks of the thread pool
+    x = (rng.normal(size=n) * rng.lognormal(0, 3, n)).astype(dtype)
+    y = (rng.normal(size=n) * rng.lognormal(0, 3, n)).astype(dtype)
+    y[::7] = -x[::7]  # exact cancellations
+    finfo_max = float(tf.as_dtype(dtype).max)
+    cases = [(x, y, limit) for limit in (4.0, 1e4, finfo_max)]
+    for bad in (np.nan, np.inf, finfo_max):  # finfo_max + finfo_max overflows
+        for at in (0, n // 2, n - 1):
+            xb = x.copy()
+            xb[at] = bad
+            yb = y.copy()
+            yb[at] = finfo_max
+            cases.append((xb, yb, finfo_max))
+    cases.append((np.zeros(0, dtype), np.zeros(0, dtype), 0.0))
+    for a, b, limit in cases:
+        total, fits = run(lambda p, q: fusion_ops.add_within(p, q, limit), tf.constant(a),
+                          tf.constant(b))
+        want = (tf.constant(a) + tf.constant(b)).numpy()
+        np.testing.assert_array_equal(_bits(np.asarray(total)), _bits(want))
+        assert bool(fits) == _within_reference(want, limit), limit
+
+
+def _bits(a):
+    a = np.ascontiguousarray(a)
+    return a.view({2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize])
+
+
+def test_add_within_argument_errors():
+    one = tf.constant([1.0])
+    with pytest.raises(TypeError, match="one dtype"):
+        fusion_ops.add_within(one, tf.constant([1.0], tf.float64), 1.0)
+    with pytest.raises(TypeError, match="float tensors"):
+        fusion_ops.add_within(tf.constant([1]), tf.constant([1]), 1.0)
+    with pytest.raises(ValueError, match="one shape"):
+        fusion_ops.add_within(one, tf.constant([1.0, 2.0]), 1.0)
+    for bad in (-1.0, float("nan")):
+        with pytest.raises(ValueError, match="limit must be >= 0"):
+            fusion_ops.add_within(one, one, bad)
+    # Shapes only known when it runs: the kernel refuses them with a message.
+    f = tf.function(lambda p, q: fusion_ops.add_within(p, q, 1.0)[0],
+                    input_signature=[tf.TensorSpec([None], tf.float32)] * 2)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="same shape"):
+        f(one, tf.constant([1.0, 2.0]))

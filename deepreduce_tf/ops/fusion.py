@@ -88,21 +88,53 @@ def all_within(x, limit, name=None):
     x = tf.convert_to_tensor(x)
     if x.dtype not in FLOAT_DTYPES:
         raise TypeError(f"all_within needs a float tensor, got {x.dtype.name}")
+    limit = _limit32("all_within", limit)
+    if _gpu_process():
+        return _within_tf(x, limit, name)
+    return _loader.load().deep_reduce_all_within(x, limit=limit, name=name)
+
+
+def _limit32(op, limit):
+    """limit (>= 0) rounded down to a float32; inf beyond float32's range."""
     limit = float(limit)
     if not limit >= 0:
-        raise ValueError(f"all_within: limit must be >= 0, got {limit}")
+        raise ValueError(f"{op}: limit must be >= 0, got {limit}")
     if limit > float(np.finfo(np.float32).max):
-        limit32 = np.float32(np.inf)
-    else:
-        limit32 = np.float32(limit)
-        if float(limit32) > limit:  # never above the limit asked for
-            limit32 = np.nextafter(limit32, np.float32(0))
-    limit = float(limit32)
+        return float(np.float32(np.inf))
+    limit32 = np.float32(limit)
+    if float(limit32) > limit:  # never above the limit asked for
+        limit32 = np.nextafter(limit32, np.float32(0))
+    return float(limit32)
+
+
+def _within_tf(x, limit, name=None):
+    finite = tf.reduce_all(tf.math.is_finite(x))
+    return tf.logical_and(finite, tf.reduce_all(tf.abs(x) <= tf.constant(limit, x.dtype)),
+                          name=name)
+
+
+def add_within(x, y, limit, name=None):
+    """(x + y, all_within(x + y, limit)) in one pass: error feedback's
+    compensation (gradient + residual) and the range check of the step
+    together. The sum has exactly TensorFlow's x + y bits; it reuses the
+    buffer of x or y when nothing else holds it.
+
+    Args:
+      x, y: float tensors of one dtype and shape.
+      limit: as in all_within.
+    """
+    x = tf.convert_to_tensor(x)
+    y = tf.convert_to_tensor(y)
+    if x.dtype not in FLOAT_DTYPES or y.dtype != x.dtype:
+        raise TypeError(f"add_within needs two float tensors of one dtype, got "
+                        f"{x.dtype.name} and {y.dtype.name}")
+    if not x.shape.is_compatible_with(y.shape):
+        raise ValueError(f"add_within needs tensors of one shape, got {x.shape} and {y.shape}")
+    limit = _limit32("add_within", limit)
     if _gpu_process():
-        finite = tf.reduce_all(tf.math.is_finite(x))
-        return tf.logical_and(finite, tf.reduce_all(tf.abs(x) <= tf.constant(limit, x.dtype)),
-                              name=name)
-    return _loader.load().deep_reduce_all_within(x, limit=limit, name=name)
+        total = tf.add(x, y)
+        return total, _within_tf(total, limit, name)
+    return tuple(_loader.load().deep_reduce_add_within(x, y, limit=limit, name=name))
 
 
 def scatter_sum(positions, values, n, name=None):

@@ -100,6 +100,21 @@ REGISTER_OP("DeepReduce>AllWithin")
       return absl::OkStatus();
     });
 
+REGISTER_OP("DeepReduce>AddWithin")
+    .Input("x: T")
+    .Input("y: T")
+    .Output("sum: T")
+    .Output("fits: bool")
+    .Attr("limit: float")
+    .Attr("T: {half, bfloat16, float, double}")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle shape;
+      TF_RETURN_IF_ERROR(c->Merge(c->input(0), c->input(1), &shape));
+      c->set_output(0, shape);
+      c->set_output(1, c->Scalar());
+      return absl::OkStatus();
+    });
+
 REGISTER_OP("DeepReduce>FlattenConcat")
     .Input("values: N * T")
     .Output("flat: T")
