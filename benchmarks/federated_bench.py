@@ -56,6 +56,8 @@ CONFIGS = {
                     "index": "golomb", "value": "qsgd"},
     "golomb_qsgd4_r15": {"compressor": "topk", "compress_ratio": 0.15, "deepreduce": "both",
                          "index": "golomb", "value": "qsgd", "bits": 4},
+    "golomb_qsgd3_r20": {"compressor": "topk", "compress_ratio": 0.2, "deepreduce": "both",
+                         "index": "golomb", "value": "qsgd", "bits": 3},
 }
 DESCRIPTIONS = {
     "fedavg": "FedAvg, dense both ways",
@@ -65,6 +67,7 @@ DESCRIPTIONS = {
     "qsgd_bloom_p0": "top-r 10 %, Bloom-P0 indices, QSGD 8-bit values",
     "golomb_qsgd": "top-r 10 %, golomb indices (lossless), QSGD 8-bit values",
     "golomb_qsgd4_r15": "top-r 15 %, golomb indices (lossless), QSGD 4-bit values",
+    "golomb_qsgd3_r20": "top-r 20 %, golomb indices (lossless), QSGD 3-bit values",
 }
 
 

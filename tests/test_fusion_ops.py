@@ -34,6 +34,59 @@ def test_large_inputs_use_the_thread_pool_and_stay_exact(rng):
         np.testing.assert_array_equal(b.numpy(), a)
 
 
+class _DLPack:
+    """A CPU tensor's own buffer as numpy sees it (through DLPack: no copy,
+    unlike .numpy(), which may copy)."""
+
+    def __init__(self, tensor):
+        self.capsule = tf.experimental.dlpack.to_dlpack(tensor)
+
+    def __dlpack__(self, stream=None, **kwargs):
+        return self.capsule
+
+    def __dlpack_device__(self):
+        return (1, 0)  # kDLCPU
+
+
+def _address(eager_tensor):
+    return np.from_dlpack(_DLPack(eager_tensor)).__array_interface__["data"][0]
+
+
+def test_split_reshape_views_aligned_pieces_copies_the_others(rng):
+    """Pieces that start at a 64-byte boundary of the input are views of its
+    buffer (no copy, as TensorFlow's Split does), the others copies; values
+    are right either way."""
+    shapes = [(4, 4), (3,), (16,), (2, 8), (5,)]  # float32 offsets 0, 64, 76, 140, 204 B
+    arrays = [rng.normal(size=s).astype(np.float32) for s in shapes]
+    flat = fusion_ops.flatten_concat([tf.constant(a) for a in arrays])
+    base = _address(flat)
+    assert base % 64 == 0  # TensorFlow's CPU allocations are aligned
+    back = fusion_ops.split_reshape(flat, shapes)
+    offsets = np.cumsum([0] + [a.nbytes for a in arrays])[:-1]
+    views = [_address(b) == base + int(o) for b, o in zip(back, offsets)]
+    assert views == [True, True, False, False, False]
+    for a, b in zip(arrays, back):
+        np.testing.assert_array_equal(b.numpy(), a)
+
+
+def test_split_reshape_views_never_see_later_updates(rng):
+    """A view shares the buffer of a variable's value: updating the variable
+    afterwards (copy on write) leaves the split pieces as they were."""
+    a = rng.normal(size=32).astype(np.float32)
+    var = tf.Variable(a)
+
+    @tf.function
+    def split_then_update():
+        parts = fusion_ops.split_reshape(var.read_value(), [(16,), (16,)])
+        with tf.control_dependencies(parts):
+            var.assign_add(tf.ones([32]))
+        return [tf.identity(p) for p in parts]
+
+    parts = split_then_update()
+    np.testing.assert_array_equal(np.concatenate([p.numpy() for p in parts]), a)
+    np.testing.assert_array_equal(var.numpy(), a + 1)
+
+
 def test_static_shapes_in_graph_mode():
     @tf.function
     def fn(a, b):
