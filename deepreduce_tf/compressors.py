@@ -859,7 +859,7 @@ class Compressor(tf.Module):
                      for meta, sections in unpacked]
             positions = tf.concat([p for p, _ in parts], 0)
             values = tf.concat([v for _, v in parts], 0)
-            sparse = fusion_ops.scatter_sum(positions, values, b.sparse_n)
+            sparse = (positions, values)
         if b.dense_n:
             dense = ordered_sum([value_codecs.RawValue().decode(
                 sections[3], tf.constant(b.dense_n, tf.int64), b.dtype)
@@ -869,9 +869,12 @@ class Compressor(tf.Module):
             checks += [check(tf.equal(tf.size(sections[3]), 0),
                              "bucket payload's dense section must be empty")
                        for _, sections in unpacked]
-        flat = [t for t in (sparse, dense) if t is not None]
-        flat = flat[0] if len(flat) == 1 else (tf.concat(flat, 0) if flat
-                                               else tf.zeros([0], b.dtype))
+        if isinstance(sparse, tuple):  # scattered, with the dense section after it
+            flat = fusion_ops.scatter_sum(*sparse, b.sparse_n, tail=dense)
+        else:
+            flat = [t for t in (sparse, dense) if t is not None]
+            flat = flat[0] if len(flat) == 1 else (tf.concat(flat, 0) if flat
+                                                   else tf.zeros([0], b.dtype))
         return tf.reshape(guarded(flat, *checks), [b.n])
 
     def plan(self, keys, tensors):

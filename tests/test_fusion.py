@@ -321,6 +321,30 @@ def test_scatter_sum_adds_in_update_order_like_numpy(rng, dtype):
     np.testing.assert_array_equal(got.view(np.uint8), ref.view(np.uint8))
 
 
+@pytest.mark.parametrize("n,m", [(0, 5), (7, 0), (300_001, 1_003)])
+def test_scatter_sum_with_a_tail_is_the_concatenation(rng, n, m):
+    """tail: the output is [n + m], the scatter then the tail; a large n
+    spreads the zero fill and the copy over the pool. Positions stay inside
+    [0, n): the tail cannot be written by an update."""
+    from deepreduce_tf.ops import fusion as fusion_ops
+
+    k = min(n, 2000)
+    pos = rng.choice(max(n, 1), k, replace=False).astype(np.int64)
+    val = rng.standard_normal(k).astype(np.float32)
+    tail = rng.standard_normal(m).astype(np.float32)
+    want = np.concatenate([np.zeros(n, np.float32), tail])
+    want[pos] += val
+    for fn in (lambda: fusion_ops.scatter_sum(pos, val, n, tail=tail),
+               tf.function(lambda: fusion_ops.scatter_sum(pos, val, n, tail=tail))):
+        got = fn()
+        assert got.shape == (n + m,)
+        np.testing.assert_array_equal(got.numpy(), want)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="outside"):
+        fusion_ops.scatter_sum(np.array([n], np.int64), np.ones(1, np.float32), n, tail=tail)
+    with pytest.raises(ValueError, match="tail must be a vector"):
+        fusion_ops.scatter_sum(pos, val, n, tail=np.zeros((1, m), np.float32))
+
+
 def test_scatter_subtract_matches_numpy_and_leaves_its_input_alone(rng):
     from deepreduce_tf.ops import fusion as fusion_ops
 

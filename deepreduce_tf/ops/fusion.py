@@ -137,8 +137,9 @@ def add_within(x, y, limit, name=None):
     return tuple(_loader.load().deep_reduce_add_within(x, y, limit=limit, name=name))
 
 
-def scatter_sum(positions, values, n, name=None):
-    """A vector of n zeros with values[i] added at positions[i], in order.
+def scatter_sum(positions, values, n, tail=None, name=None):
+    """A vector of n zeros with values[i] added at positions[i], in order
+    (followed by `tail`, if given).
 
     Bit for bit what scatter_nd gives on the CPU (duplicate positions sum in
     update order), at a few ns per update instead of ~80.
@@ -146,7 +147,9 @@ def scatter_sum(positions, values, n, name=None):
     Args:
       positions: int64 vector, every entry in [0, n).
       values: a float vector of the same length.
-      n: the output length (a Python int).
+      n: the length of the scattered part (a Python int).
+      tail: optional vector of values' dtype, copied after the n scattered
+        elements (a bucket's dense section: one output, no concat copy).
 
     Raises:
       InvalidArgumentError: (run time) a position outside [0, n) or lengths
@@ -156,9 +159,16 @@ def scatter_sum(positions, values, n, name=None):
     values = tf.convert_to_tensor(values)
     if values.dtype not in FLOAT_DTYPES:
         raise TypeError(f"scatter_sum needs float values, got {values.dtype.name}")
+    if tail is not None:
+        tail = tf.convert_to_tensor(tail, values.dtype)
+        if tail.shape.rank != 1:
+            raise ValueError(f"scatter_sum: tail must be a vector, got shape {tail.shape}")
     if _gpu_process():
-        return tf.scatter_nd(tf.expand_dims(positions, 1), values, [int(n)], name=name)
-    return _loader.load().deep_reduce_scatter_sum(positions, values, n=int(n), name=name)
+        out = tf.scatter_nd(tf.expand_dims(positions, 1), values, [int(n)])
+        return tf.identity(out if tail is None else tf.concat([out, tail], 0), name=name)
+    if tail is None:
+        tail = tf.zeros([0], values.dtype)
+    return _loader.load().deep_reduce_scatter_sum(positions, values, tail, n=int(n), name=name)
 
 
 def scatter_subtract(rest, positions, values, name=None):

@@ -1,17 +1,22 @@
 // CPU OpKernels of ScatterSum and ScatterSubtract (registrations in
 // kernels/ops/fusion_ops.cc; cores in kernels/fusion/scatter.h).
 //
-//   ScatterSum(positions, values, n)      zeros [n], values added in order
+//   ScatterSum(positions, values, tail, n)   zeros [n], values added in order,
+//                                         then tail (a bucket's dense section:
+//                                         no concat copy of the whole vector)
 //   ScatterSubtract(rest, positions, values)   rest with values subtracted
 //                                         (rest's buffer reused when it can be)
 //
-// Sequential on purpose: updates must apply in order (bit-exact sums), and
-// the K ~ 1 % updates of a bucket cost far less than the zero fill or copy
-// of the bucket, which is the only dense pass. CPU-only: under a GPU the
+// The updates are sequential on purpose: they must apply in order (bit-exact
+// sums), and the K ~ 1 % updates of a bucket cost far less than the zero
+// fill or copy of the bucket, the only dense pass (spread over the pool). CPU-only: under a GPU the
 // Python side uses TensorFlow's scatter ops (deepreduce_tf/ops/fusion.py).
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
+
+#include "kernels/common/cpu_parallel.h"
 
 #include "kernels/fusion/scatter.h"
 #include "tensorflow/core/framework/op_kernel.h"
@@ -59,11 +64,26 @@ class ScatterSumOp : public OpKernel {
   void Compute(OpKernelContext* ctx) override {
     const Tensor& positions = ctx->input(0);
     const Tensor& values = ctx->input(1);
+    const Tensor& tail = ctx->input(2);
     OP_REQUIRES_OK(ctx, CheckUpdates(positions, values, n_, "ScatterSum"));
+    OP_REQUIRES(ctx, TensorShapeUtils::IsVector(tail.shape()),
+                absl::InvalidArgumentError("ScatterSum: tail must be a vector, got " +
+                                           tail.shape().DebugString()));
+    const int64_t m = tail.NumElements();
     Tensor* out_t = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n_}), &out_t));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n_ + m}), &out_t));
     T* out = out_t->flat<T>().data();
-    std::fill(out, out + n_, T(0));
+    const T* tail_data = tail.flat<T>().data();
+    const int64_t total = n_ + m;
+    CpuPool(ctx)->ParallelFor(total, 1, [&](int64_t begin, int64_t end) {
+      const int64_t zero_end = std::min(end, n_);
+      if (begin < zero_end) std::fill(out + begin, out + zero_end, T(0));
+      const int64_t copy_begin = std::max(begin, n_);
+      if (copy_begin < end) {
+        std::memcpy(out + copy_begin, tail_data + (copy_begin - n_),
+                    sizeof(T) * (end - copy_begin));
+      }
+    });
     ScatterInOrder<false>(out, positions.flat<int64_t>().data(), values.flat<T>().data(),
                           values.NumElements());
   }

@@ -64,11 +64,15 @@ absl::Status ScatterSubtractShape(InferenceContext* c) {
   return absl::OkStatus();
 }
 
-// ScatterSum: [n].
+// ScatterSum: [n + length of tail].
 absl::Status ScatterSumShape(InferenceContext* c) {
   int64_t n = 0;
   TF_RETURN_IF_ERROR(c->GetAttr("n", &n));
-  c->set_output(0, c->Vector(n));
+  ShapeHandle tail;
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(2), 1, &tail));
+  DimensionHandle total;
+  TF_RETURN_IF_ERROR(c->Add(c->Dim(tail, 0), n, &total));
+  c->set_output(0, c->Vector(total));
   return absl::OkStatus();
 }
 
@@ -77,6 +81,7 @@ absl::Status ScatterSumShape(InferenceContext* c) {
 REGISTER_OP("DeepReduce>ScatterSum")
     .Input("positions: int64")
     .Input("values: T")
+    .Input("tail: T")
     .Output("sum: T")
     .Attr("n: int >= 0")
     .Attr("T: {half, bfloat16, float, double}")
