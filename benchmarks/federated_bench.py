@@ -58,6 +58,8 @@ CONFIGS = {
                          "index": "golomb", "value": "qsgd", "bits": 4},
     "golomb_qsgd3_r20": {"compressor": "topk", "compress_ratio": 0.2, "deepreduce": "both",
                          "index": "golomb", "value": "qsgd", "bits": 3},
+    "golomb_qsgd3_r18": {"compressor": "topk", "compress_ratio": 0.18, "deepreduce": "both",
+                         "index": "golomb", "value": "qsgd", "bits": 3},
 }
 DESCRIPTIONS = {
     "fedavg": "FedAvg, dense both ways",
@@ -68,6 +70,7 @@ DESCRIPTIONS = {
     "golomb_qsgd": "top-r 10 %, golomb indices (lossless), QSGD 8-bit values",
     "golomb_qsgd4_r15": "top-r 15 %, golomb indices (lossless), QSGD 4-bit values",
     "golomb_qsgd3_r20": "top-r 20 %, golomb indices (lossless), QSGD 3-bit values",
+    "golomb_qsgd3_r18": "top-r 18 %, golomb indices (lossless), QSGD 3-bit values",
 }
 
 
