@@ -263,7 +263,7 @@ class Compressor(tf.Module):
             raise ValueError("warmup_steps needs a sparsifier (compressor 'none' sends every "
                              "position already)")
         if warmup_steps and warmup == "exponential" and not hasattr(self.sparsifier,
-                                                                    "select_ratio"):
+                                                                    "select_ratio_values"):
             raise ValueError(f"warmup='exponential' shrinks top-k's ratio; compressor "
                              f"{self.sparsifier.name!r} has none (use warmup='dense')")
         self.warmup_steps = warmup_steps

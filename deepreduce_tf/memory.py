@@ -273,6 +273,15 @@ class MomentumCorrectionMemory(ResidualMemory):
         self._new_velocity[key] = u_new
         return v + u_new
 
+    def compensate_within(self, tensor, key, limit):
+        # compensate() with the range check in the same pass as v + u_new
+        # (ResidualMemory's one-pass form would skip the velocity).
+        v = self.residual(key, like=tensor)
+        u = self.velocity(key, tensor)
+        u_new = tf.cast(self.momentum, tensor.dtype) * u + tensor
+        self._new_velocity[key] = u_new
+        return fusion_ops.add_within(v, u_new, limit)
+
     def update(self, key, compensated, decoded, keep=None):
         # The positions that were sent are not known here: no masking.
         none = (tf.zeros([0], tf.int64), tf.zeros([0], compensated.dtype))

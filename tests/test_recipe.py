@@ -154,3 +154,32 @@ def test_bench_flags_refuse_dgc_with_adam():
 
     with pytest.raises(bench_flags.ConfigError, match="--memory=dgc .* --optimizer=adam"):
         _resolve(["--memory=dgc", "--optimizer=adam", "--data_name=synthetic"])
+
+
+@pytest.mark.parametrize("name,kwargs", [
+    ("none", {}), ("residual", {}), ("residual", {"beta": 0.5, "gamma": 2.0}),
+    ("dgc", {"momentum": 0.9})])
+def test_compensate_within_is_compensate_and_the_range_check(rng, name, kwargs):
+    """Every memory's one-pass compensate_within gives compensate()'s tensor
+    (the same state read, the same update afterwards) and numpy's verdict of
+    'finite and within the limit'; a regression guard for subclasses that
+    override compensate() (DGC's velocity was once skipped)."""
+    from deepreduce_tf.memory import MEMORIES, Sent
+
+    a, b = MEMORIES[name](**kwargs), MEMORIES[name](**kwargs)
+    limit = 3.0
+    for step_ in range(3):
+        g = rng.standard_normal(N).astype(np.float32)
+        if step_ == 2:
+            g[17] = 50.0  # beyond the limit: the check must say so
+        ref = a.compensate(tf.constant(g), "w")
+        got, fits = b.compensate_within(tf.constant(g), "w", limit)
+        np.testing.assert_array_equal(got.numpy(), ref.numpy())
+        r = ref.numpy()
+        assert bool(fits) == bool(np.all(np.isfinite(r)) and np.all(np.abs(r) <= limit))
+        positions = np.sort(np.argsort(-np.abs(r))[:40]).astype(np.int64)
+        for mem, x in ((a, ref), (b, got)):
+            rest = x.numpy().copy()
+            rest[positions] = 0
+            mem.update_sent("w", x, Sent(tf.constant(rest), tf.constant(positions),
+                                         tf.constant(x.numpy()[positions])))
