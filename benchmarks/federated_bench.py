@@ -60,6 +60,14 @@ CONFIGS = {
                          "index": "golomb", "value": "qsgd", "bits": 3},
     "golomb_qsgd3_r18": {"compressor": "topk", "compress_ratio": 0.18, "deepreduce": "both",
                          "index": "golomb", "value": "qsgd", "bits": 3},
+    "golomb_qsgd3_d25_u12": {"compressor": "topk", "compress_ratio": 0.12, "deepreduce": "both",
+                             "index": "golomb", "value": "qsgd", "bits": 3},
+}
+# Configurations whose downlink (the server's) differs from the uplink; the
+# others compress both directions alike.
+SERVER_CONFIGS = {
+    "golomb_qsgd3_d25_u12": {"compressor": "topk", "compress_ratio": 0.25, "deepreduce": "both",
+                             "index": "golomb", "value": "qsgd", "bits": 3},
 }
 DESCRIPTIONS = {
     "fedavg": "FedAvg, dense both ways",
@@ -71,6 +79,7 @@ DESCRIPTIONS = {
     "golomb_qsgd4_r15": "top-r 15 %, golomb indices (lossless), QSGD 4-bit values",
     "golomb_qsgd3_r20": "top-r 20 %, golomb indices (lossless), QSGD 3-bit values",
     "golomb_qsgd3_r18": "top-r 18 %, golomb indices (lossless), QSGD 3-bit values",
+    "golomb_qsgd3_d25_u12": "golomb indices, QSGD 3-bit values; top-r 25 % down, 12 % up",
 }
 
 
@@ -292,8 +301,11 @@ def run_one(args):
     from deepreduce_tf.federated import DeepReduceMod, DeepReduceStrategy, RowwiseMean
 
     params = CONFIGS[args.one]
+    server_params = SERVER_CONFIGS.get(args.one)
     if params is not None and args.min_size is not None:
         params = dict(params, min_size=args.min_size)
+        if server_params is not None:
+            server_params = dict(server_params, min_size=args.min_size)
     task = TASKS[args.task](args)
     cache = {}
     # The initial model, before any other thread runs TensorFlow ops.
@@ -353,7 +365,8 @@ def run_one(args):
                         fraction_evaluate=0.0)
         inner = RowwiseMean(fedavg, rowwise) if rowwise else fedavg
         strategy = inner if params is None else DeepReduceStrategy(
-            inner, params, downlink=args.downlink, initial_on_clients=args.initial_on_clients)
+            inner, params, server_params=server_params, downlink=args.downlink,
+            initial_on_clients=args.initial_on_clients)
         dense = sum(w.nbytes for w in initial)
         fedavg_rows = []
 
@@ -376,7 +389,8 @@ def run_one(args):
         strategy.start(grid=grid, initial_arrays=ArrayRecord(initial), num_rounds=args.rounds,
                        evaluate_fn=evaluate)
         out["failed"] = failed
-        out.update(config=args.one, params=params, description=DESCRIPTIONS[args.one],
+        out.update(config=args.one, params=params, server_params=server_params,
+                   description=DESCRIPTIONS[args.one],
                    downlink=None if params is None else args.downlink,
                    initial_on_clients=params is not None and args.initial_on_clients,
                    task=args.task, metric=task.metric, rowwise=rowwise,
