@@ -60,13 +60,19 @@ CONFIGS = {
                          "index": "golomb", "value": "qsgd", "bits": 3},
     "golomb_qsgd3_r18": {"compressor": "topk", "compress_ratio": 0.18, "deepreduce": "both",
                          "index": "golomb", "value": "qsgd", "bits": 3},
+    "golomb_qsgd2_r22": {"compressor": "topk", "compress_ratio": 0.22, "deepreduce": "both",
+                         "index": "golomb", "value": "qsgd", "bits": 2},
     "golomb_qsgd3_d25_u12": {"compressor": "topk", "compress_ratio": 0.12, "deepreduce": "both",
+                             "index": "golomb", "value": "qsgd", "bits": 3},
+    "golomb_qsgd3_d12_u25": {"compressor": "topk", "compress_ratio": 0.25, "deepreduce": "both",
                              "index": "golomb", "value": "qsgd", "bits": 3},
 }
 # Configurations whose downlink (the server's) differs from the uplink; the
 # others compress both directions alike.
 SERVER_CONFIGS = {
     "golomb_qsgd3_d25_u12": {"compressor": "topk", "compress_ratio": 0.25, "deepreduce": "both",
+                             "index": "golomb", "value": "qsgd", "bits": 3},
+    "golomb_qsgd3_d12_u25": {"compressor": "topk", "compress_ratio": 0.12, "deepreduce": "both",
                              "index": "golomb", "value": "qsgd", "bits": 3},
 }
 DESCRIPTIONS = {
@@ -79,7 +85,9 @@ DESCRIPTIONS = {
     "golomb_qsgd4_r15": "top-r 15 %, golomb indices (lossless), QSGD 4-bit values",
     "golomb_qsgd3_r20": "top-r 20 %, golomb indices (lossless), QSGD 3-bit values",
     "golomb_qsgd3_r18": "top-r 18 %, golomb indices (lossless), QSGD 3-bit values",
+    "golomb_qsgd2_r22": "top-r 22 %, golomb indices (lossless), QSGD 2-bit values",
     "golomb_qsgd3_d25_u12": "golomb indices, QSGD 3-bit values; top-r 25 % down, 12 % up",
+    "golomb_qsgd3_d12_u25": "golomb indices, QSGD 3-bit values; top-r 12 % down, 25 % up",
 }
 
 
@@ -548,6 +556,9 @@ def main(argv=None):
     parser.add_argument("--plot", default="federated_bench.png")
     parser.add_argument("--summarize", metavar="JSON,JSON,...",
                         help="print the seeds table of these output files and exit")
+    parser.add_argument("--summary_plot", metavar="PNG",
+                        help="with --summarize: also plot every configuration's run of the "
+                             "lowest seed of those files (one line per configuration)")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.summarize:
@@ -556,6 +567,14 @@ def main(argv=None):
             with open(path) as f:
                 records.append(json.load(f))
         print(seeds_table(records))
+        if args.summary_plot:
+            seed = min(rec["settings"]["seed"] for rec in records)
+            runs = {}
+            for rec in records:
+                if rec["settings"]["seed"] == seed:
+                    for r in rec["results"]:
+                        runs.setdefault(r["config"], r)
+            plot(list(runs.values()), args.summary_plot)
         return 0
     if args.initial_on_clients and args.downlink != "per_node":
         parser.error("--initial_on_clients needs --downlink=per_node")

@@ -169,3 +169,19 @@ def test_the_data_source_is_named(monkeypatch):
     monkeypatch.setattr(data, "find_fashion_mnist", lambda data_dir=None: "/some/dir")
     assert fb.data_source("fmnist") == "fashion-mnist"
     assert fb.data_source("ncf") == "movielens"
+
+
+def test_summary_plot_draws_each_configuration_of_the_lowest_seed(tmp_path, monkeypatch):
+    records = [_record(1, {"fedavg": 0.82, "golomb_qsgd": 0.83}),
+               _record(0, {"fedavg": 0.80, "golomb_qsgd": 0.79}),
+               _record(2, {"fedavg": 0.84, "golomb_qsgd": 0.835})]
+    paths = []
+    for i, rec in enumerate(records):
+        paths.append(tmp_path / f"r{i}.json")
+        paths[-1].write_text(json.dumps(rec))
+    drawn = {}
+    monkeypatch.setattr(fb, "plot", lambda results, path: drawn.update(
+        path=path, finals={r["config"]: r["curve"][-1]["accuracy"] for r in results}))
+    out = tmp_path / "seed0.png"
+    assert fb.main(["--summarize", ",".join(map(str, paths)), "--summary_plot", str(out)]) == 0
+    assert drawn == {"path": str(out), "finals": {"fedavg": 0.80, "golomb_qsgd": 0.79}}
