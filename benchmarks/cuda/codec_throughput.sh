@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Builds benchmarks/cuda/codec_throughput.cu with every CUDA kernel family of
+# the op library (nvcc, no TensorFlow) into build/cuda_bench/codec_throughput
+# and runs it with the given arguments (see the .cu file). Architectures:
+# DEEPREDUCE_TF_CUDA_ARCHS (default 90, Hopper; e.g. 80 for an A100).
+#   bash benchmarks/cuda/codec_throughput.sh [--no-run] [--n N] [--ratio R] [--reps R]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+run=1
+if [ "${1:-}" = "--no-run" ]; then run=0; shift; fi
+NVCC="${CUDA_HOME:-/usr/local/cuda}/bin/nvcc"
+[ -x "$NVCC" ] || NVCC="$(command -v nvcc || true)"
+if [ -z "$NVCC" ]; then echo "nvcc not found; set CUDA_HOME" >&2; exit 1; fi
+GENCODE=()
+last=""
+for a in $(echo "${DEEPREDUCE_TF_CUDA_ARCHS:-90}" | tr ',' ' '); do
+  GENCODE+=("-gencode=arch=compute_${a},code=sm_${a}")
+  last="$a"
+done
+GENCODE+=("-gencode=arch=compute_${last},code=compute_${last}")
+mkdir -p build/cuda_bench
+exe=build/cuda_bench/codec_throughput
+if [ ! -x "$exe" ] || [ -n "$(find benchmarks/cuda kernels -newer "$exe" \( -name '*.cu' -o -name '*.h' \) | head -1)" ]; then
+  "$NVCC" -std=c++17 -O2 -I. --expt-relaxed-constexpr "${GENCODE[@]}" \
+    benchmarks/cuda/codec_throughput.cu kernels/bloom/bloom_kernels.cu \
+    kernels/index/index_kernels.cu kernels/sparsify/sparsify_kernels.cu \
+    kernels/value/value_kernels.cu -o "$exe"
+fi
+if [ "$run" = 1 ]; then exec "$exe" "$@"; fi
+echo "built $exe"
