@@ -73,6 +73,8 @@ _TOPK = {"compressor": "topk", "compress_ratio": 0.01, "communicator": "allgathe
 CONFIGS = {
     "plain": None,
     "none": {"compressor": "none", "communicator": "allgather", "deepreduce": None, "seed": 0},
+    "none_allreduce": {"compressor": "none", "communicator": "allreduce", "deepreduce": None,
+                       "seed": 0},
     "topk": dict(_TOPK, deepreduce=None),
     "bloom_p0": dict(_TOPK, deepreduce="index", index="bloom", policy="p0"),
     "bloom_cs": dict(_TOPK, deepreduce="index", index="bloom", policy="conflict_sets"),

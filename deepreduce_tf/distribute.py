@@ -76,9 +76,10 @@ from tensorflow.python.distribute import values as value_lib
 from tensorflow.python.ops import resource_variable_ops
 from tensorflow.python.util import nest
 
+from deepreduce_tf import communicators
 from deepreduce_tf.communicators import Communicator
 from deepreduce_tf.compressors import DTYPE_CODES, Compressor
-from deepreduce_tf.memory import ensure_initialized
+from deepreduce_tf.memory import NoMemory, ensure_initialized
 from deepreduce_tf.params import from_params
 from deepreduce_tf.state import ExchangeState, KerasState
 from deepreduce_tf.transport import CollectiveTransport, LocalTransport, ordered_sum
@@ -147,6 +148,15 @@ class _Builder:
         self.accounting = accounting
         probe = self.make(None)
         self.communicator = probe.communicator
+        # Compression off (compressor 'none', raw values, no memory, the
+        # communicator left to us): the exchange is an element-wise sum, so
+        # it takes the all-reduce route (TensorFlow's collective on the flat
+        # buckets) rather than all-gathering a payload per replica and
+        # decoding each: the same sums, half the copies.
+        if (self.params is not None and "communicator" not in self.params
+                and _lossless_dense(probe)):
+            self.communicator = communicators.Allreduce()
+            self.communicator.check(probe)
         self.description = repr(probe)
 
     def make(self, variable_factory):
@@ -157,6 +167,13 @@ class _Builder:
         if not self.accounting:
             comp.ledger = None  # its counters are created lazily: none exist yet
         return comp
+
+
+def _lossless_dense(compressor):
+    """True for a configuration that sends every value as it is."""
+    return (compressor.sparsifier.dense and compressor.index_codec.name == "raw"
+            and compressor.value_codec.name == "raw" and isinstance(compressor.memory, NoMemory)
+            and not compressor.warmup_steps and compressor.clip_norm is None)
 
 
 def _compressible(value):

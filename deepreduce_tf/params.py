@@ -19,7 +19,9 @@ Keys (defaults in brackets; every key may be left out):
   warmup          dense | exponential [dense] (exponential: DGC's top-k
                   density 25 % -> compress_ratio over warmup_steps)
   clip_norm       local gradient clipping by global L2 norm [None]
-  communicator    allgather | allreduce | lgc_ps | lgc_rar [allgather]
+  communicator    allgather | allreduce | lgc_ps | lgc_rar [allgather; the
+                  cross-device ops use allreduce for compressor none with raw
+                  values and no memory when this key is absent]
                   (lgc_*: Learned Gradient Compression, deepreduce_tf.learned;
                   its keys lgc_warmup_steps [100], lgc_train_steps [200],
                   lgc_lr [1e-3], lgc_innovation [0.05], lgc_channels
