@@ -72,8 +72,9 @@ _TOPK = {"compressor": "topk", "compress_ratio": 0.01, "communicator": "allgathe
 # The parameter dicts of the README's reproduction rows (benchmarks/results/resnet20_*.json).
 CONFIGS = {
     "plain": None,
-    "none": {"compressor": "none", "communicator": "allgather", "deepreduce": None, "seed": 0},
-    "none_allreduce": {"compressor": "none", "communicator": "allreduce", "deepreduce": None,
+    # compression off: the cross-device ops take TF's all-reduce route by default
+    "none": {"compressor": "none", "deepreduce": None, "seed": 0},
+    "none_allgather": {"compressor": "none", "communicator": "allgather", "deepreduce": None,
                        "seed": 0},
     "topk": dict(_TOPK, deepreduce=None),
     "bloom_p0": dict(_TOPK, deepreduce="index", index="bloom", policy="p0"),

@@ -113,26 +113,31 @@ DR_HOST_DEVICE void RiceBits3(const T* idx, uint64_t count, int r, uint64_t out[
 // local search from floor(log2(mean gap)) finds the global minimum; the
 // first step evaluates r - 1, r, r + 1 in one pass (usually the only one),
 // further steps one r per pass. sum(d >> r) <= sum(d) < n cannot overflow.
-template <typename T>
-DR_HOST_DEVICE int ChooseRiceParam(const T* idx, uint64_t count, uint64_t* bits_out) {
+//
+// The search itself, given how to sum the block's gaps d: gap_sum = sum(d),
+// costs3(r, c) sets c[0..2] to the bit counts under r - 1, r, r + 1 (as
+// RiceBits3) and cost(r) returns RiceBits under r. The CPU sums in a loop
+// (ChooseRiceParam below), a CUDA warp with its 32 lanes; integer sums, so
+// both pick the same parameter.
+template <typename Costs3, typename Cost>
+DR_HOST_DEVICE int ChooseRiceParamWith(uint64_t count, uint64_t gap_sum, Costs3&& costs3,
+                                       Cost&& cost, uint64_t* bits_out) {
   if (count <= 1) {
     *bits_out = 0;
     return 0;
   }
-  const uint64_t sum = static_cast<uint64_t>(idx[count - 1]) -
-                       static_cast<uint64_t>(idx[0]) - (count - 1);
-  const uint64_t mean = sum / (count - 1);
+  const uint64_t mean = gap_sum / (count - 1);
   int r = mean == 0 ? 0 : BitWidth64(mean) - 1;
   if (r < 1) r = 1;
   if (r > kMaxRiceParam - 1) r = kMaxRiceParam - 1;
   uint64_t c[3];
-  RiceBits3(idx, count, r, c);
+  costs3(r, c);
   uint64_t best;
   if (c[0] <= c[1]) {  // descend: ties go to the smaller parameter
     best = c[0];
     --r;
     while (r > 0) {
-      const uint64_t v = RiceBits(idx, count, r - 1);
+      const uint64_t v = cost(r - 1);
       if (v > best) break;
       best = v;
       --r;
@@ -141,7 +146,7 @@ DR_HOST_DEVICE int ChooseRiceParam(const T* idx, uint64_t count, uint64_t* bits_
     best = c[2];
     ++r;
     while (r < kMaxRiceParam) {
-      const uint64_t v = RiceBits(idx, count, r + 1);
+      const uint64_t v = cost(r + 1);
       if (v >= best) break;
       best = v;
       ++r;
@@ -151,6 +156,16 @@ DR_HOST_DEVICE int ChooseRiceParam(const T* idx, uint64_t count, uint64_t* bits_
   }
   *bits_out = best;
   return r;
+}
+
+template <typename T>
+DR_HOST_DEVICE int ChooseRiceParam(const T* idx, uint64_t count, uint64_t* bits_out) {
+  const uint64_t gap_sum = count <= 1 ? 0
+                                      : static_cast<uint64_t>(idx[count - 1]) -
+                                            static_cast<uint64_t>(idx[0]) - (count - 1);
+  return ChooseRiceParamWith(
+      count, gap_sum, [&](int r, uint64_t* c) { RiceBits3(idx, count, r, c); },
+      [&](int r) { return RiceBits(idx, count, r); }, bits_out);
 }
 
 // Block-size choice of the encoder's auto mode (block_size = 0): every

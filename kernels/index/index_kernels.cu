@@ -27,10 +27,10 @@ namespace {
 // size; the grid is one wave from the occupancy API (grid-stride loops do the
 // rest).
 constexpr int kThreads = 256;
-// Threads per CUDA block of the golomb kernels, where one thread owns one
+// Threads per CUDA block of the golomb kernels, where one warp owns one
 // golomb block (16..4096 indices, chosen per payload by default): a 25 M-
-// position tensor at 1 % has ~60-16k busy threads, so the kernels are
-// latency-bound and small CUDA blocks spread them over the SMs.
+// position tensor at 1 % has ~60-16k busy warps, so small CUDA blocks spread
+// them over the SMs.
 constexpr int kGolombThreads = 64;
 static_assert(kThreads % 32 == 0 && kGolombThreads % 32 == 0, "whole warps");
 // A gap must not skip a whole chunk (rle.h).
@@ -475,43 +475,152 @@ int64_t NumBlocks(int64_t k, int log2_block) {
   return (k + (int64_t{1} << log2_block) - 1) >> log2_block;
 }
 
-// Grid-stride loops over golomb blocks: thread t handles blocks t, t + stride.
+// One warp owns one golomb block (warp-stride loops: warp w handles blocks w,
+// w + warps, ...), so a block of 2^12 indices is summed, written and staged
+// by 32 lanes instead of one thread. Every lane runs the same control flow
+// (the sums are reduced to all lanes), so the full-mask shuffles are safe.
+constexpr int kWarp = 32;
+constexpr unsigned kFullMask = 0xffffffffu;
+// Per-warp shared staging of one block's stream bytes (encode: ORed bit by
+// bit, then copied out; decode: copied in, then read by one lane). Larger
+// blocks (big explicit block sizes, huge gaps) take the global-memory path,
+// which writes and accepts the same bytes.
+constexpr int kGolombWarps = kGolombThreads / kWarp;
+constexpr int kStageBytes = 10240;
+constexpr int kStageWords = kStageBytes / 4 + 3;  // + the words a last code may spill into
+
+#define DR_WARP_STRIDE(b, count)                                                          \
+  for (int64_t b = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp; \
+       b < (count); b += static_cast<int64_t>(gridDim.x) * blockDim.x / kWarp)
+
+__device__ uint64_t WarpSum(uint64_t v) {
+  for (int o = kWarp / 2; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);
+  return v;
+}
+
+// golomb::ChooseRiceParam of a block, its gap sums spread over the warp.
+template <typename T>
+__device__ int WarpChooseRiceParam(const T* idx, uint64_t count, int lane, uint64_t* bits) {
+  const uint64_t gap_sum = count <= 1 ? 0
+                                      : static_cast<uint64_t>(idx[count - 1]) -
+                                            static_cast<uint64_t>(idx[0]) - (count - 1);
+  const uint64_t g = count - 1;
+  auto costs3 = [&](int r, uint64_t* c) {
+    uint64_t lo = 0, mid = 0, hi = 0;
+    for (uint64_t i = 1 + lane; i < count; i += kWarp) {
+      const uint64_t d = static_cast<uint64_t>(idx[i]) - static_cast<uint64_t>(idx[i - 1]) - 1;
+      lo += d >> (r - 1);
+      mid += d >> r;
+      hi += d >> (r + 1);
+    }
+    const uint64_t base = g * static_cast<uint64_t>(1 + r);  // as golomb::RiceBits3
+    c[0] = base - g + WarpSum(lo);
+    c[1] = base + WarpSum(mid);
+    c[2] = base + g + WarpSum(hi);
+  };
+  auto cost = [&](int r) {
+    uint64_t sum = 0;
+    for (uint64_t i = 1 + lane; i < count; i += kWarp) {
+      sum += (static_cast<uint64_t>(idx[i]) - static_cast<uint64_t>(idx[i - 1]) - 1) >> r;
+    }
+    return g * static_cast<uint64_t>(1 + r) + WarpSum(sum);  // as golomb::RiceBits
+  };
+  return golomb::ChooseRiceParamWith(count, gap_sum, costs3, cost, bits);
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kGolombThreads)
     GolombPlanKernel(const T* __restrict__ idx, int64_t k, int log2_block, int64_t blocks,
                      int32_t* __restrict__ param, int64_t* __restrict__ bytes) {
-  DR_GRID_STRIDE(b, blocks) {
+  const int lane = threadIdx.x % kWarp;
+  DR_WARP_STRIDE(b, blocks) {
     uint64_t bits;
-    param[b] = golomb::ChooseRiceParam(idx + (b << log2_block),
-                                       golomb::BlockCount(k, log2_block, b), &bits);
-    bytes[b] = static_cast<int64_t>((bits + 7) / 8);
+    const int r = WarpChooseRiceParam(idx + (b << log2_block),
+                                      golomb::BlockCount(k, log2_block, b), lane, &bits);
+    if (lane == 0) {
+      param[b] = r;
+      bytes[b] = static_cast<int64_t>((bits + 7) / 8);
+    }
   }
 }
 
-// Auto block size: grid-stride over the blocks of one candidate size; each
-// thread sums its blocks' exact byte counts and adds that to *total once.
+// Auto block size: warp-stride over the blocks of one candidate size; each
+// warp sums its blocks' exact byte counts and adds that to *total once.
 template <typename T>
 __global__ void __launch_bounds__(kGolombThreads)
     GolombCandidateKernel(const T* __restrict__ idx, int64_t k, int log2_block, int64_t blocks,
                           unsigned long long* __restrict__ total) {
+  const int lane = threadIdx.x % kWarp;
   unsigned long long local = 0;
-  DR_GRID_STRIDE(b, blocks) {
+  DR_WARP_STRIDE(b, blocks) {
     uint64_t bits;
-    golomb::ChooseRiceParam(idx + (b << log2_block), golomb::BlockCount(k, log2_block, b),
-                            &bits);
+    WarpChooseRiceParam(idx + (b << log2_block), golomb::BlockCount(k, log2_block, b), lane,
+                        &bits);
     local += static_cast<unsigned long long>((bits + 7) / 8);
   }
-  if (local != 0) atomicAdd(total, local);
+  if (lane == 0 && local != 0) atomicAdd(total, local);
 }
 
+// ORs the low `width` (<= 57) bits of v into the LSB-first bit stream of
+// 32-bit words at bit position pos (the little-endian byte order of the
+// stream: bit j is bit j % 8 of byte j / 8).
+__device__ void OrBits(uint32_t* words, uint64_t pos, uint64_t v, int width) {
+  const uint64_t w = pos >> 5;
+  const int sh = static_cast<int>(pos & 31);
+  const uint64_t lo = v << sh;
+  atomicOr(words + w, static_cast<uint32_t>(lo));
+  if (sh + width > 32) atomicOr(words + w + 1, static_cast<uint32_t>(lo >> 32));
+  if (sh + width > 64) atomicOr(words + w + 2, static_cast<uint32_t>(v >> (64 - sh)));
+}
+
+// golomb::EncodeBlock by a warp: each lane codes every 32nd gap, a warp
+// scan of the code lengths gives each code's bit position, the codes are
+// ORed into a zeroed shared copy of the block, which the lanes copy out.
 template <typename T>
 __global__ void __launch_bounds__(kGolombThreads)
     GolombEncodeKernel(const T* __restrict__ idx, int64_t k, int log2_block, int64_t blocks,
                        const int32_t* __restrict__ param, const int64_t* __restrict__ off,
                        uint8_t* __restrict__ out) {
-  DR_GRID_STRIDE(b, blocks) {
-    golomb::EncodeBlock(idx + (b << log2_block), golomb::BlockCount(k, log2_block, b), param[b],
-                        out + off[b]);
+  __shared__ uint32_t stage_all[kGolombWarps][kStageWords];
+  const int lane = threadIdx.x % kWarp;
+  uint32_t* stage = stage_all[threadIdx.x / kWarp];
+  DR_WARP_STRIDE(b, blocks) {
+    const T* bidx = idx + (b << log2_block);
+    const uint64_t count = golomb::BlockCount(k, log2_block, b);
+    const int r = param[b];
+    const int64_t nbytes = off[b + 1] - off[b];
+    uint8_t* dst = out + off[b];
+    if (nbytes > kStageBytes) {
+      if (lane == 0) golomb::EncodeBlock(bidx, count, r, dst);
+      __syncwarp();
+      continue;
+    }
+    for (int64_t w = lane; w < kStageWords; w += kWarp) stage[w] = 0;
+    __syncwarp();
+    uint64_t base = 0;
+    for (uint64_t first = 1; first < count; first += kWarp) {
+      const uint64_t i = first + lane;
+      uint64_t d = 0, len = 0;
+      if (i < count) {
+        d = static_cast<uint64_t>(bidx[i]) - static_cast<uint64_t>(bidx[i - 1]) - 1;
+        len = (d >> r) + 1 + static_cast<uint64_t>(r);
+      }
+      uint64_t incl = len;  // inclusive scan of the code lengths
+      for (int o = 1; o < kWarp; o <<= 1) {
+        const uint64_t v = __shfl_up_sync(kFullMask, incl, o);
+        if (lane >= o) incl += v;
+      }
+      if (i < count) {
+        // q zero bits, then the stop bit and the low r bits of d.
+        const uint64_t stop = base + incl - len + (d >> r);
+        OrBits(stage, stop, 1 | ((d & LowMask64(r)) << 1), r + 1);
+      }
+      base += __shfl_sync(kFullMask, incl, kWarp - 1);
+    }
+    __syncwarp();
+    const uint8_t* bytes = reinterpret_cast<const uint8_t*>(stage);
+    for (int64_t j = lane; j < nbytes; j += kWarp) dst[j] = bytes[j];
+    __syncwarp();
   }
 }
 
@@ -527,19 +636,33 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// golomb::DecodeBlock, one block per warp: the lanes stage the block's
+// bytes in shared memory, one lane decodes them (the codes are sequential).
 template <typename T>
 __global__ void __launch_bounds__(kGolombThreads)
     GolombDecodeKernel(const uint8_t* __restrict__ stream, const uint64_t* __restrict__ first,
                        const uint64_t* __restrict__ off, const uint64_t* __restrict__ param,
                        int64_t k, int log2_block, int64_t blocks, uint64_t n,
                        T* __restrict__ out, unsigned long long* __restrict__ first_bad) {
-  DR_GRID_STRIDE(b, blocks) {
+  __shared__ uint32_t stage_all[kGolombWarps][kStageWords];
+  const int lane = threadIdx.x % kWarp;
+  uint8_t* stage = reinterpret_cast<uint8_t*>(stage_all[threadIdx.x / kWarp]);
+  DR_WARP_STRIDE(b, blocks) {
     const uint64_t upper = b + 1 < blocks ? first[b + 1] : n;
-    if (!golomb::DecodeBlock(stream + off[b], stream + off[b + 1], first[b],
-                             static_cast<int>(param[b]), golomb::BlockCount(k, log2_block, b),
-                             upper, out + (b << log2_block))) {
+    const uint8_t* begin = stream + off[b];
+    const uint64_t nbytes = off[b + 1] - off[b];
+    if (nbytes <= static_cast<uint64_t>(kStageBytes)) {
+      for (uint64_t j = lane; j < nbytes; j += kWarp) stage[j] = begin[j];
+      __syncwarp();
+      begin = stage;
+    }
+    if (lane == 0 &&
+        !golomb::DecodeBlock(begin, begin + nbytes, first[b], static_cast<int>(param[b]),
+                             golomb::BlockCount(k, log2_block, b), upper,
+                             out + (b << log2_block))) {
       atomicMin(first_bad, static_cast<unsigned long long>(b));
     }
+    __syncwarp();
   }
 }
 
@@ -561,7 +684,7 @@ GpuStatus GolombSizeT(const T* d_idx, int64_t k, int log2_block, void* d_scratch
   }
   int32_t* param = static_cast<int32_t*>(d_scratch);
   int grid = 0;
-  DR_CUDA_RETURN_IF_ERROR(GridSize(GolombPlanKernel<T>, blocks, kGolombThreads, &grid),
+  DR_CUDA_RETURN_IF_ERROR(GridSize(GolombPlanKernel<T>, blocks * kWarp, kGolombThreads, &grid),
                           "sizing the grid");
   GolombPlanKernel<T><<<grid, kGolombThreads, 0, s>>>(d_idx, k, log2_block, blocks, param,
                                                       sc.counts);
@@ -585,7 +708,8 @@ GpuStatus GolombAutoBlockT(const T* d_idx, int64_t k, uint64_t n, void* d_scratc
       const int log2 = golomb::kAutoMinLog2Block + i;
       const int64_t blocks = NumBlocks(k, log2);
       int grid = 0;
-      DR_CUDA_RETURN_IF_ERROR(GridSize(GolombCandidateKernel<T>, blocks, kGolombThreads, &grid),
+      DR_CUDA_RETURN_IF_ERROR(
+          GridSize(GolombCandidateKernel<T>, blocks * kWarp, kGolombThreads, &grid),
                               "sizing the grid");
       GolombCandidateKernel<T><<<grid, kGolombThreads, 0, s>>>(d_idx, k, log2, blocks,
                                                                totals + i);
@@ -628,7 +752,7 @@ GpuStatus GolombWriteT(const T* d_idx, int64_t k, const golomb::Layout& layout,
                                                  d_table);
   DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching GolombTableKernel");
   if (layout.stream_bytes == 0) return Ok();
-  DR_CUDA_RETURN_IF_ERROR(GridSize(GolombEncodeKernel<T>, blocks, kGolombThreads, &grid),
+  DR_CUDA_RETURN_IF_ERROR(GridSize(GolombEncodeKernel<T>, blocks * kWarp, kGolombThreads, &grid),
                           "sizing the grid");
   GolombEncodeKernel<T><<<grid, kGolombThreads, 0, s>>>(d_idx, k, layout.log2_block, blocks,
                                                         param, sc.offsets, d_stream);
@@ -658,7 +782,7 @@ GpuStatus GolombDecodeT(const uint8_t* d_stream, const uint64_t* h_table, int64_
                           "copying the block table to the device");
   DR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flag, 0xff, sizeof(*flag), s), "clearing the error flag");
   int grid = 0;
-  DR_CUDA_RETURN_IF_ERROR(GridSize(GolombDecodeKernel<T>, blocks, kGolombThreads, &grid),
+  DR_CUDA_RETURN_IF_ERROR(GridSize(GolombDecodeKernel<T>, blocks * kWarp, kGolombThreads, &grid),
                           "sizing the grid");
   const uint64_t* first = table;
   const uint64_t* off = table + blocks;
