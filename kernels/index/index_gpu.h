@@ -136,9 +136,11 @@ GpuStatus RleDecode(const uint8_t* d_body, int64_t body_bytes, int64_t k, uint64
 
 // One CUDA warp handles one golomb block: its lanes sum the gap costs of
 // golomb.h's ChooseRiceParamWith, code every 32nd gap (positions from a warp
-// scan of the code lengths) into a shared-memory copy of the block, and stage
-// the block's bytes for DecodeBlock, which one lane runs (the codes are
-// sequential). Same bytes as golomb.h's ChooseRiceParam and EncodeBlock.
+// scan of the code lengths) into a shared-memory copy of the block, and decode
+// a staged block by following its chain of stop bits in parallel (blocks of
+// fewer than 256 indices, or too large to stage, run golomb.h's DecodeBlock on
+// one lane). Same bytes as ChooseRiceParam and EncodeBlock; a block is
+// rejected exactly when DecodeBlock rejects it.
 //
 // Encode pass 0, auto block size only (block_size attribute 0): sizes every
 // candidate 2^B, B in golomb::kAutoMinLog2Block..kAutoMaxLog2Block (one

@@ -487,7 +487,7 @@ constexpr unsigned kFullMask = 0xffffffffu;
 // which writes and accepts the same bytes.
 constexpr int kGolombWarps = kGolombThreads / kWarp;
 constexpr int kStageBytes = 10240;
-constexpr int kStageWords = kStageBytes / 4 + 3;  // + the words a last code may spill into
+constexpr int kStageWords = kStageBytes / 4 + 6;  // + the words a last code may spill into
 
 #define DR_WARP_STRIDE(b, count)                                                          \
   for (int64_t b = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp; \
@@ -636,8 +636,194 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// golomb::DecodeBlock, one block per warp: the lanes stage the block's
-// bytes in shared memory, one lane decodes them (the codes are sequential).
+// ------------------------------------------------ golomb, warp decode --
+// A Rice code is q zero bits, a stop bit (1), then r bits: its stop bit is
+// the first 1 at or after the code's start, and the next code starts r + 1
+// bits later. So the stop bits of a block form a chain t -> FirstOne(t + r +
+// 1) from FirstOne(0), and the warp finds it in three passes over the block
+// staged in shared memory, each lane owning a word-aligned segment:
+//   1. each lane follows the chain from its segment's first bit (a guess:
+//      the true entry may lie up to r bits later) and marks the stops it
+//      meets in a shared stop mask;
+//   2. lane by lane, the true entry (the previous lane's exit) is compared:
+//      where it differs, the lane walks from it until it meets a marked stop
+//      (chains that share a stop are equal from there: usually after a code
+//      or two) or its segment's end, and replaces the marks before that;
+//   3. each lane decodes its marked codes (q = stop - start, then r bits);
+//      warp scans of the code counts and gap sums place them.
+// The block is accepted exactly when golomb::DecodeBlock accepts it: count - 1
+// codes whose values stay below `upper`, the last ending inside the stream,
+// followed by fewer than 8 bits, all zero. Small blocks take DecodeBlock.
+constexpr uint64_t kGolombWarpDecodeMin = 256;  // indices per block
+constexpr uint64_t kSumCap = uint64_t{1} << 63;  // > any n: a saturated gap sum
+
+__device__ uint64_t SatAdd(uint64_t a, uint64_t b) {
+  const uint64_t c = a + b;
+  return (c < a || c > kSumCap) ? kSumCap : c;
+}
+
+// The first set bit of the LSB-first words at or after p and below limit
+// (limit if none).
+__device__ uint64_t FirstOne(const uint32_t* w, uint64_t p, uint64_t limit) {
+  if (p >= limit) return limit;
+  uint64_t wi = p >> 5;
+  uint32_t cur = w[wi] & (~0u << (p & 31));
+  const uint64_t last = (limit - 1) >> 5;
+  while (cur == 0) {
+    if (++wi > last) return limit;
+    cur = w[wi];
+  }
+  const uint64_t t = (wi << 5) + static_cast<uint64_t>(__ffs(cur) - 1);
+  return t < limit ? t : limit;
+}
+
+// `width` (<= 56) bits at bit position pos; words pos/32 .. +2 must exist.
+__device__ uint64_t GetBits(const uint32_t* w, uint64_t pos, int width) {
+  const uint64_t wi = pos >> 5;
+  const int sh = static_cast<int>(pos & 31);
+  uint64_t v = (static_cast<uint64_t>(w[wi]) | (static_cast<uint64_t>(w[wi + 1]) << 32)) >> sh;
+  if (sh + width > 64) v |= static_cast<uint64_t>(w[wi + 2]) << (64 - sh);
+  return v & LowMask64(width);
+}
+
+// Clears the bits [a, b) of a lane's own words.
+__device__ void ClearBits(uint32_t* w, uint64_t a, uint64_t b) {
+  while (a < b) {
+    const uint64_t wi = a >> 5;
+    const int lo = static_cast<int>(a & 31);
+    const uint64_t word_end = (wi + 1) << 5;
+    const int hi = static_cast<int>((b < word_end ? b : word_end) - (wi << 5));  // 1..32
+    const uint32_t keep_lo = lo == 0 ? 0u : (~0u >> (32 - lo));
+    const uint32_t keep_hi = hi >= 32 ? 0u : (~0u << hi);
+    w[wi] &= keep_lo | keep_hi;
+    a = word_end;
+  }
+}
+
+template <typename T>
+__device__ bool WarpDecodeBlock(const uint32_t* stream, uint32_t* stops, uint64_t nbytes,
+                                uint64_t first, int r, uint64_t count, uint64_t upper, T* out,
+                                int lane) {
+  const uint64_t total_bits = 8 * nbytes;
+  const uint64_t words = (nbytes + 3) / 4;
+  uint64_t seg = (words + kWarp - 1) / kWarp;
+  if (seg < 2) seg = 2;  // a code's r + 1 <= 57 bits never skip a segment
+  const uint64_t seg_start = min(static_cast<uint64_t>(lane) * seg * 32, total_bits);
+  const uint64_t seg_end = min(static_cast<uint64_t>(lane + 1) * seg * 32, total_bits);
+  const uint64_t step = static_cast<uint64_t>(r) + 1;
+  // Pass 1: the chain from the segment's first bit.
+  uint64_t e = seg_start;
+  for (;;) {
+    const uint64_t t = FirstOne(stream, e, seg_end);
+    if (t >= seg_end) break;
+    stops[t >> 5] |= 1u << (t & 31);
+    e = t + step;
+  }
+  uint64_t exit = e > seg_end ? e : seg_end;
+  __syncwarp();
+  // Pass 2: the true entries, lane by lane.
+  for (int j = 1; j < kWarp; ++j) {
+    const uint64_t entry = __shfl_sync(kFullMask, exit, j - 1);
+    if (lane == j && entry != seg_start) {
+      uint64_t merge = seg_end, at = entry;
+      for (;;) {
+        const uint64_t t = FirstOne(stream, at, seg_end);
+        if (t >= seg_end) break;
+        if ((stops[t >> 5] >> (t & 31)) & 1u) {
+          merge = t;
+          break;
+        }
+        at = t + step;
+      }
+      ClearBits(stops, seg_start, merge);
+      at = entry;
+      for (;;) {
+        const uint64_t t = FirstOne(stream, at, merge);
+        if (t >= merge) break;
+        stops[t >> 5] |= 1u << (t & 31);
+        at = t + step;
+      }
+      if (merge == seg_end) exit = at > seg_end ? at : seg_end;
+    }
+    __syncwarp();
+  }
+  // Pass 3: this lane's codes. Their first start: the previous lane with a
+  // stop's last stop + r + 1 (a max-scan: stops increase), else 0.
+  // This lane's stop-mask words (none for a lane past the stream's end).
+  const uint64_t w_begin = seg_start >> 5;
+  const uint64_t w_end = seg_start < seg_end ? (seg_end + 31) >> 5 : w_begin;
+  uint64_t codes = 0, last_next = 0;
+  for (uint64_t wi = w_begin; wi < w_end; ++wi) {
+    const uint32_t m = stops[wi];
+    if (m != 0) {
+      codes += static_cast<uint64_t>(__popc(m));
+      last_next = (wi << 5) + static_cast<uint64_t>(31 - __clz(m)) + step;
+    }
+  }
+  uint64_t start = last_next;  // inclusive max-scan, then shifted
+  for (int o = 1; o < kWarp; o <<= 1) {
+    const uint64_t v = __shfl_up_sync(kFullMask, start, o);
+    if (lane >= o && v > start) start = v;
+  }
+  const uint64_t end_next = __shfl_sync(kFullMask, start, kWarp - 1);  // after the last code
+  start = __shfl_up_sync(kFullMask, start, 1);
+  if (lane == 0) start = 0;
+  // Gap sums (each d + 1), saturated; a q too large for any value is bad.
+  const uint64_t room = upper - first;  // > 0: the table check keeps first < upper
+  bool bad = false;
+  uint64_t sum = 0, at = start;
+  for (uint64_t wi = w_begin; wi < w_end; ++wi) {
+    uint32_t m = stops[wi];
+    while (m != 0) {
+      const uint64_t t = (wi << 5) + static_cast<uint64_t>(__ffs(m) - 1);
+      m &= m - 1;
+      const uint64_t q = t - at;
+      if (q > (room >> r)) {
+        bad = true;
+      } else {
+        sum = SatAdd(sum, ((q << r) | GetBits(stream, t + 1, r)) + 1);
+      }
+      at = t + step;
+    }
+  }
+  uint64_t rank = codes, base = sum;  // inclusive scans
+  for (int o = 1; o < kWarp; o <<= 1) {
+    const uint64_t rv = __shfl_up_sync(kFullMask, rank, o);
+    const uint64_t bv = __shfl_up_sync(kFullMask, base, o);
+    if (lane >= o) {
+      rank += rv;
+      base = SatAdd(base, bv);
+    }
+  }
+  const uint64_t total_codes = __shfl_sync(kFullMask, rank, kWarp - 1);
+  const uint64_t total_sum = __shfl_sync(kFullMask, base, kWarp - 1);
+  rank -= codes;
+  base = __shfl_up_sync(kFullMask, base, 1);  // every lane shuffles, then lane 0 drops it
+  if (lane == 0) base = 0;
+  bad = __any_sync(kFullMask, bad);
+  bad = bad || total_codes != count - 1 || total_sum >= room || end_next > total_bits ||
+        total_bits - end_next >= 8 || FirstOne(stream, end_next, total_bits) != total_bits;
+  if (bad) return false;
+  // Write: out[0] = first, out[1 + rank] = first + the gap sums so far.
+  if (lane == 0) out[0] = static_cast<T>(first);
+  uint64_t value = first + base;
+  at = start;
+  for (uint64_t wi = w_begin; wi < w_end; ++wi) {
+    uint32_t m = stops[wi];
+    while (m != 0) {
+      const uint64_t t = (wi << 5) + static_cast<uint64_t>(__ffs(m) - 1);
+      m &= m - 1;
+      value += (((t - at) << r) | GetBits(stream, t + 1, r)) + 1;
+      out[1 + rank++] = static_cast<T>(value);
+      at = t + step;
+    }
+  }
+  return true;
+}
+
+// One block per warp: the lanes stage the block's bytes in shared memory;
+// large blocks are decoded by the warp (above), small ones (and blocks too
+// large to stage) by golomb::DecodeBlock on one lane.
 template <typename T>
 __global__ void __launch_bounds__(kGolombThreads)
     GolombDecodeKernel(const uint8_t* __restrict__ stream, const uint64_t* __restrict__ first,
@@ -645,23 +831,34 @@ __global__ void __launch_bounds__(kGolombThreads)
                        int64_t k, int log2_block, int64_t blocks, uint64_t n,
                        T* __restrict__ out, unsigned long long* __restrict__ first_bad) {
   __shared__ uint32_t stage_all[kGolombWarps][kStageWords];
+  __shared__ uint32_t stops_all[kGolombWarps][kStageWords];
   const int lane = threadIdx.x % kWarp;
-  uint8_t* stage = reinterpret_cast<uint8_t*>(stage_all[threadIdx.x / kWarp]);
+  uint32_t* words = stage_all[threadIdx.x / kWarp];
+  uint32_t* stops = stops_all[threadIdx.x / kWarp];
+  uint8_t* stage = reinterpret_cast<uint8_t*>(words);
   DR_WARP_STRIDE(b, blocks) {
     const uint64_t upper = b + 1 < blocks ? first[b + 1] : n;
     const uint8_t* begin = stream + off[b];
     const uint64_t nbytes = off[b + 1] - off[b];
-    if (nbytes <= static_cast<uint64_t>(kStageBytes)) {
+    const uint64_t count = golomb::BlockCount(k, log2_block, b);
+    const bool staged = nbytes <= static_cast<uint64_t>(kStageBytes);
+    bool ok;
+    if (staged) {
+      for (int w = lane; w < kStageWords; w += kWarp) words[w] = stops[w] = 0;
+      __syncwarp();
       for (uint64_t j = lane; j < nbytes; j += kWarp) stage[j] = begin[j];
       __syncwarp();
-      begin = stage;
     }
-    if (lane == 0 &&
-        !golomb::DecodeBlock(begin, begin + nbytes, first[b], static_cast<int>(param[b]),
-                             golomb::BlockCount(k, log2_block, b), upper,
-                             out + (b << log2_block))) {
-      atomicMin(first_bad, static_cast<unsigned long long>(b));
+    if (staged && count >= kGolombWarpDecodeMin) {
+      ok = WarpDecodeBlock(words, stops, nbytes, first[b], static_cast<int>(param[b]), count,
+                           upper, out + (b << log2_block), lane);
+    } else {
+      const uint8_t* src = staged ? stage : begin;
+      ok = lane != 0 || golomb::DecodeBlock(src, src + nbytes, first[b],
+                                            static_cast<int>(param[b]), count, upper,
+                                            out + (b << log2_block));
     }
+    if (!ok && lane == 0) atomicMin(first_bad, static_cast<unsigned long long>(b));
     __syncwarp();
   }
 }

@@ -423,6 +423,87 @@ void RunErrorCases(int codec, cudaStream_t s) {
   Expect(!GpuDecode<T>(codec, p, s, &out, &why), "corrupt body accepted");
 }
 
+// Golomb blocks of >= 256 indices are decoded by a whole warp (three passes
+// over a stop-bit chain, index_kernels.cu), the others by one lane running
+// golomb::DecodeBlock. On valid and corrupted streams (bits flipped, bytes
+// zeroed or replaced; header and table left valid) the device must reject
+// exactly the blocks DecodeBlock rejects, report the first, and otherwise
+// decode the same indices.
+template <typename T>
+void GolombWarpMatchesSequential(cudaStream_t s) {
+  std::mt19937_64 rng(11);
+  int rejected = 0;
+  for (int trial = 0; trial < 240; ++trial) {
+    const int log2_block = 8 + 2 * (trial % 3);  // 256, 1024, 4096
+    const double density = trial % 4 == 0 ? 0.3 : (trial % 4 == 1 ? 0.02 : 0.004);
+    const int64_t n = 300007;
+    const std::vector<int64_t> idx = RandomSet(rng, n, density);
+    Bytes p = RefEncode(kGolomb, idx, n, log2_block);
+    ix::CommonHeader h;
+    const uint8_t* body = nullptr;
+    Expect(ix::ParseCommonHeader(p.data(), p.data() + p.size(), kGolomb, &h, &body) == nullptr,
+           "header");
+    const uint8_t* q = body + 1;
+    uint64_t sbytes = 0;
+    Expect(ix::GetVarint(&q, p.data() + p.size(), &sbytes), "golomb S");
+    const golomb::Layout layout = golomb::MakeLayout(h.n, h.k, log2_block, sbytes);
+    const int64_t stream_at = static_cast<int64_t>(p.size() - sbytes);
+    const int kind = trial % 5;
+    if (sbytes > 0 && kind != 0) {
+      std::uniform_int_distribution<int64_t> at(stream_at, static_cast<int64_t>(p.size()) - 1);
+      if (kind == 1) {
+        p[at(rng)] ^= static_cast<uint8_t>(1u << (rng() % 8));
+      } else if (kind == 2) {
+        for (int f = 0; f < 3; ++f) p[at(rng)] ^= static_cast<uint8_t>(1u << (rng() % 8));
+      } else if (kind == 3) {
+        const int64_t a = at(rng);
+        const int64_t len = std::min<int64_t>(1 + rng() % 6, static_cast<int64_t>(p.size()) - a);
+        std::fill(p.begin() + a, p.begin() + a + len, 0);
+      } else {
+        p[at(rng)] = static_cast<uint8_t>(rng());
+      }
+    }
+    // The host: DecodeBlock per block, the first failure.
+    const uint64_t nb = layout.num_blocks;
+    std::vector<uint64_t> first(nb), off(nb + 1), param(nb);
+    deepreduce::BitReader tr(q, p.data() + p.size());
+    for (uint64_t b = 0; b < nb; ++b) {
+      tr.GetWide(layout.w_idx, &first[b]);
+      tr.GetWide(layout.w_off, &off[b]);
+      tr.Get(golomb::kRiceParamBits, &param[b]);
+    }
+    off[nb] = sbytes;
+    std::vector<int64_t> want(h.k);
+    int64_t want_bad = static_cast<int64_t>(nb);
+    for (uint64_t b = 0; b < nb; ++b) {
+      const uint8_t* st = p.data() + stream_at;
+      if (!golomb::DecodeBlock(st + off[b], st + off[b + 1], first[b], static_cast<int>(param[b]),
+                               golomb::BlockCount(h.k, log2_block, b),
+                               b + 1 < nb ? first[b + 1] : h.n,
+                               want.data() + (b << log2_block))) {
+        want_bad = static_cast<int64_t>(b);
+        break;
+      }
+    }
+    std::vector<int64_t> got;
+    std::string why;
+    const bool ok = GpuDecode<T>(kGolomb, p, s, &got, &why);
+    const std::string where = "trial " + std::to_string(trial) + " (B=2^" +
+                              std::to_string(log2_block) + ", kind " + std::to_string(kind) + ")";
+    if (want_bad < static_cast<int64_t>(nb)) {
+      ++rejected;
+      Expect(!ok, where + ": the host rejects block " + std::to_string(want_bad) +
+                      ", the device accepted the payload");
+      Expect(why == "golomb block " + std::to_string(want_bad),
+             where + ": the host rejects block " + std::to_string(want_bad) + ", the device: " + why);
+    } else {
+      Expect(ok, where + ": the host accepts, the device: " + why);
+      Expect(got == want, where + ": decoded indices differ");
+    }
+  }
+  std::printf("golomb warp decode == DecodeBlock on 240 payloads (%d rejected)\n", rejected);
+}
+
 // The sequential rle decoder of the CPU kernel.
 rle::DecodeResult SequentialRle(const Bytes& body, int64_t k, uint64_t n,
                                 std::vector<int64_t>* out) {
@@ -679,6 +760,10 @@ int main() {
     report(std::string(CodecName(codec)) + " errors int64",
            [&] { RunErrorCases<int64_t>(codec, stream); });
   }
+  report("golomb warp decode vs DecodeBlock int32",
+         [&] { GolombWarpMatchesSequential<int32_t>(stream); });
+  report("golomb warp decode vs DecodeBlock int64",
+         [&] { GolombWarpMatchesSequential<int64_t>(stream); });
   cudaStreamDestroy(stream);
   std::printf("%d passed, %d failed\n", passed, failed);
   return failed == 0 ? 0 : 1;
