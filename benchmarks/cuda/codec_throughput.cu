@@ -538,6 +538,22 @@ int main(int argc, char** argv) {
       se += (static_cast<double>(got[i]) - want_y[i]) * (static_cast<double>(got[i]) - want_y[i]);
       ss += static_cast<double>(want_y[i]) * want_y[i];
     }
+    // The encoder's steps apart (the same sorted values and plan).
+    const Timing t_sort = Time([&] {
+      Launch(vg::SortDescending(d_val.as<float>(), k, false, perm.p, y.as<float>(), sscratch.p,
+                                sortb, s, &sr));
+    });
+    const Timing t_greedy = Time([&] {
+      Launch(vg::PolyfitGreedy(y.as<float>(), k, sr.p_count, want, degree, gscratch.p, gb, s,
+                               lens.data(), &segs));
+    });
+    const size_t fb = vg::PolyfitFitScratchBytes(segs, static_cast<int64_t>(blocks.size()));
+    const Timing t_fit = Time([&] {
+      vg::PolyfitFitResult fr;
+      Launch(vg::PolyfitFit(y.as<float>(), k, degree, dv::polyfit::kSegGreedy, blocks.data(),
+                            static_cast<int64_t>(blocks.size()), plan.data(), segs,
+                            payload_keep->as<uint8_t>(), size, fit_scratch->p, fb, s, &fr));
+    });
     delete payload_keep;
     delete fit_scratch;
     char note[96];
@@ -545,6 +561,11 @@ int main(int argc, char** argv) {
                   static_cast<long long>(segs), 8.0 * size / k, std::sqrt(se / ss));
     Row("polyfit encode (sort+greedy+fit)", kval, vb, enc, note);
     Row("polyfit decode (tables+eval)", kval, vb, dec, "-");
+    Row("  polyfit step: sort", kval, vb, t_sort, "CUB radix sort + gather");
+    Row("  polyfit step: greedy segmentation", kval, vb, t_greedy, "one thread block");
+    char fit_note[64];
+    std::snprintf(fit_note, sizeof(fit_note), "%zu fit blocks", blocks.size());
+    Row("  polyfit step: fit", kval, vb, t_fit, fit_note);
   });
 
   Section("dexp", [&] {
@@ -568,7 +589,11 @@ int main(int argc, char** argv) {
     const Timing dec = Time([&] {
       Launch(vg::DexpDecode(c[0], c[1], static_cast<int64_t>(pos), k, out.as<float>(), s));
     });
+    const Timing t_fit = Time([&] {
+      Launch(vg::DexpFit(y.as<float>(), k, sr.p_count, payload.as<uint8_t>(), dscratch.p, db, s, &fr));
+    });
     Row("dexp encode (sort+fit)", kval, vb, enc, "56-byte payload");
+    Row("  dexp step: fit", kval, vb, t_fit, "-");
     Row("dexp decode", kval, vb, dec, "-");
   });
 

@@ -131,7 +131,8 @@ struct GivensLsq {
 // Buffers rows and feeds them to GivensLsq::AddRows kBlockRows at a time.
 // The block size is part of the arithmetic (it decides which rows are
 // reflected together), so CPU and GPU use this one. ~4 KB: the CUDA kernels
-// keep it in global scratch (Attach) rather than in per-thread local memory.
+// keep it, with the GivensLsq it feeds, in shared memory (a few threads per
+// block) rather than in per-thread local memory.
 constexpr int kBlockRows = 32;
 struct BlockedLsq {
   GivensLsq* lsq;

@@ -359,11 +359,21 @@ struct Carver {
   }
 };
 
-// Threads per block of the one-thread-per-work-item fit kernels (a fit
-// block or a segment each): few, so that a few hundred items still spread
-// over many SMs.
+// Threads per block of the one-thread-per-segment kernels (polyfit's
+// finish): few, so that a few hundred items still spread over many SMs.
 constexpr int kItemThreads = 64;
 static_assert(kItemThreads % kWarp == 0, "kItemThreads must be whole warps");
+// Threads per block of the kernels that run one least-squares fit per thread
+// (polyfit's fit blocks, dexp's row steps). A thread's factorization and row
+// buffer (~6.6 KB, FitShared) live in shared memory while it works, and the
+// factorization is copied out once: kept in global memory, 64 threads'
+// buffers per SM overflowed L1 and the fit's sequential accesses went to L2.
+// Few threads per block also spread the ~100 fits over as many SMs.
+constexpr int kFitThreads = 4;
+struct FitShared {
+  GivensLsq lsq;
+  BlockedLsq work;
+};
 // Threads of the single-block greedy segmentation kernel.
 constexpr int kGreedyThreads = 1024;
 static_assert(kGreedyThreads % kWarp == 0, "kGreedyThreads must be whole warps");
@@ -529,15 +539,16 @@ __global__ void __launch_bounds__(kGreedyThreads)
   if (threadIdx.x == 0) *count = c;
 }
 
-// One thread per fit block (grid-stride): block b's rows into lsq[b], with
-// its own row buffer work[b] in global memory (4 KB: too much for
-// per-thread local memory across a whole device).
-__global__ void __launch_bounds__(kItemThreads)
+// One thread per fit block (grid-stride): block b's rows into lsq[b],
+// factorized in the thread's shared FitShared.
+__global__ void __launch_bounds__(kFitThreads)
     PolyfitBlocksKernel(const float* __restrict__ y, const polyfit::FitBlock* __restrict__ blocks,
-                        int64_t num_blocks, int degree, GivensLsq* __restrict__ lsq,
-                        BlockedLsq* __restrict__ work) {
+                        int64_t num_blocks, int degree, GivensLsq* __restrict__ lsq) {
+  __shared__ FitShared fit[kFitThreads];
+  FitShared& mine = fit[threadIdx.x];
   for (int64_t b = GlobalThread(); b < num_blocks; b += GridThreads()) {
-    polyfit::FitBlockRows(y, blocks[b], degree, &lsq[b], &work[b]);
+    polyfit::FitBlockRows(y, blocks[b], degree, &mine.lsq, &mine.work);
+    lsq[b] = mine.lsq;
   }
 }
 
@@ -572,15 +583,16 @@ struct DexpArrays {
   double* ss0;
   dexp::BlockSse* sse;
   GivensLsq* lsq;
-  BlockedLsq* work;
 };
 
 // One thread per (part, block) item, grid-stride; items of a finished part
-// do nothing.
+// do nothing. The row steps factorize in the thread's shared FitShared.
 template <int kStep>
-__global__ void __launch_bounds__(kItemThreads)
+__global__ void __launch_bounds__(kFitThreads)
     DexpBlocksKernel(const float* __restrict__ y, int64_t k, int64_t p_count, int64_t nb0,
                      int64_t items, DexpArrays a) {
+  __shared__ FitShared fit[kFitThreads];
+  FitShared& mine = fit[threadIdx.x];
   for (int64_t t = GlobalThread(); t < items; t += GridThreads()) {
     const int which = t < nb0 ? 0 : 1;
     const int64_t b = which == 0 ? t : t - nb0;
@@ -593,9 +605,13 @@ __global__ void __launch_bounds__(kItemThreads)
     if (!f.running) continue;
     if (kStep == kDexpIntegral) a.integral[t] = dexp::Integral(part, b, f);
     if (kStep == kDexpRows) {
-      dexp::IntegralRows(part, b, f, a.s0[t], a.ss0[t], &a.lsq[t], &a.work[t]);
+      dexp::IntegralRows(part, b, f, a.s0[t], a.ss0[t], &mine.lsq, &mine.work);
+      a.lsq[t] = mine.lsq;
     }
-    if (kStep == kDexpExp) dexp::ExpRows(part, b, f, &a.lsq[t], &a.work[t]);
+    if (kStep == kDexpExp) {
+      dexp::ExpRows(part, b, f, &mine.lsq, &mine.work);
+      a.lsq[t] = mine.lsq;
+    }
     if (kStep == kDexpSse) a.sse[t] = dexp::Sse(part, b, f);
   }
 }
@@ -835,16 +851,16 @@ GpuStatus DexpDecode(const dexp::Coefs& pos, const dexp::Coefs& neg, int64_t p_c
 namespace {
 
 template <typename Kernel>
-cudaError_t ItemGrid(Kernel kernel, int64_t items, int* grid) {
+cudaError_t ItemGrid(Kernel kernel, int64_t items, int* grid, int threads = kItemThreads) {
   int device = 0, sms = 0, per_sm = 0;
   cudaError_t e = cudaGetDevice(&device);
   if (e != cudaSuccess) return e;
   e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   if (e != cudaSuccess) return e;
-  e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kItemThreads, 0);
+  e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0);
   if (e != cudaSuccess) return e;
   const int64_t wave = static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1);
-  const int64_t need = CeilDiv(items, kItemThreads);
+  const int64_t need = CeilDiv(items, threads);
   const int64_t g = need < wave ? need : wave;
   *grid = static_cast<int>(g < 1 ? 1 : g);
   return cudaSuccess;
@@ -881,7 +897,6 @@ struct FitScratch {
   polyfit::FitBlock* blocks;
   polyfit::SegPlan* plan;
   GivensLsq* lsq;
-  BlockedLsq* work;
   unsigned long long* bad;
   size_t total;
 };
@@ -892,7 +907,6 @@ FitScratch FitLayout(int64_t num_segs, int64_t num_blocks, void* base) {
   s.blocks = c.take<polyfit::FitBlock>(num_blocks);
   s.plan = c.take<polyfit::SegPlan>(num_segs);
   s.lsq = c.take<GivensLsq>(num_blocks);
-  s.work = c.take<BlockedLsq>(num_blocks);
   s.bad = c.take<unsigned long long>(1);
   s.total = c.used;
   return s;
@@ -910,7 +924,6 @@ DexpArrays DexpLayout(int64_t k, void* base, size_t* total) {
   a.ss0 = c.take<double>(items);
   a.sse = c.take<dexp::BlockSse>(items);
   a.lsq = c.take<GivensLsq>(items);
-  a.work = c.take<BlockedLsq>(items);
   *total = c.used;
   return a;
 }
@@ -920,9 +933,9 @@ GpuStatus DexpStep(const float* d_y, int64_t k, int64_t p_count, int64_t nb0, in
                    const DexpArrays& a, uint8_t* d_payload, cudaStream_t st) {
   if (kStep != kDexpWrite && nb0 + nb1 > 0) {
     int grid = 0;
-    DR_CUDA_RETURN_IF_ERROR(ItemGrid(DexpBlocksKernel<kStep>, nb0 + nb1, &grid),
+    DR_CUDA_RETURN_IF_ERROR(ItemGrid(DexpBlocksKernel<kStep>, nb0 + nb1, &grid, kFitThreads),
                             "sizing a dexp block grid");
-    DexpBlocksKernel<kStep><<<grid, kItemThreads, 0, st>>>(d_y, k, p_count, nb0, nb0 + nb1, a);
+    DexpBlocksKernel<kStep><<<grid, kFitThreads, 0, st>>>(d_y, k, p_count, nb0, nb0 + nb1, a);
     DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching DexpBlocksKernel");
   }
   DexpCombineKernel<kStep><<<1, kWarp, 0, st>>>(d_y, k, p_count, nb0, nb1, a, d_payload);
@@ -1074,10 +1087,9 @@ GpuStatus PolyfitFit(const float* d_y, int64_t k, int degree, uint8_t seg_kind,
                           "clearing the error record");
   int grid = 0;
   if (num_blocks > 0) {
-    DR_CUDA_RETURN_IF_ERROR(ItemGrid(PolyfitBlocksKernel, num_blocks, &grid),
+    DR_CUDA_RETURN_IF_ERROR(ItemGrid(PolyfitBlocksKernel, num_blocks, &grid, kFitThreads),
                             "sizing the polyfit block grid");
-    PolyfitBlocksKernel<<<grid, kItemThreads, 0, st>>>(d_y, s.blocks, num_blocks, degree,
-                                                       s.lsq, s.work);
+    PolyfitBlocksKernel<<<grid, kFitThreads, 0, st>>>(d_y, s.blocks, num_blocks, degree, s.lsq);
     DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching PolyfitBlocksKernel");
   }
   Prefix fixed;
