@@ -69,11 +69,9 @@ CONFIGS = {
 }
 # Configurations whose downlink (the server's) differs from the uplink; the
 # others compress both directions alike.
-SERVER_CONFIGS = {
-    "golomb_qsgd3_d25_u12": {"compressor": "topk", "compress_ratio": 0.25, "deepreduce": "both",
-                             "index": "golomb", "value": "qsgd", "bits": 3},
-    "golomb_qsgd3_d12_u25": {"compressor": "topk", "compress_ratio": 0.12, "deepreduce": "both",
-                             "index": "golomb", "value": "qsgd", "bits": 3},
+SERVER_CONFIGS = {  # the uplink's dict with the downlink's own ratio
+    "golomb_qsgd3_d25_u12": dict(CONFIGS["golomb_qsgd3_d25_u12"], compress_ratio=0.25),
+    "golomb_qsgd3_d12_u25": dict(CONFIGS["golomb_qsgd3_d12_u25"], compress_ratio=0.12),
 }
 DESCRIPTIONS = {
     "fedavg": "FedAvg, dense both ways",
@@ -553,7 +551,8 @@ def main(argv=None):
     parser.add_argument("--min_size", type=int, default=None,
                         help="tensors under this many elements travel dense [library: 1024]")
     parser.add_argument("--out", default="federated_bench.json")
-    parser.add_argument("--plot", default="federated_bench.png")
+    parser.add_argument("--plot", default=None,
+                        help="the accuracy plot [--out with .png instead of its extension]")
     parser.add_argument("--summarize", metavar="JSON,JSON,...",
                         help="print the seeds table of these output files and exit")
     parser.add_argument("--summary_plot", metavar="PNG",
@@ -561,6 +560,8 @@ def main(argv=None):
                              "lowest seed of those files (one line per configuration)")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.plot is None:  # beside the results, not in the working directory
+        args.plot = os.path.splitext(args.out)[0] + ".png"
     if args.summarize:
         records = []
         for path in args.summarize.split(","):

@@ -266,20 +266,23 @@ class MomentumCorrectionMemory(ResidualMemory):
     def state_variables(self, key, like):
         return [self.residual(key, like=like), self.velocity(key, like)]
 
-    def compensate(self, tensor, key):
+    def _velocity_step(self, tensor, key):
+        """(v, u_new): the residual and the new velocity m u + g, which
+        update_sent() will mask and store."""
         v = self.residual(key, like=tensor)
         u = self.velocity(key, tensor)
         u_new = tf.cast(self.momentum, tensor.dtype) * u + tensor
         self._new_velocity[key] = u_new
+        return v, u_new
+
+    def compensate(self, tensor, key):
+        v, u_new = self._velocity_step(tensor, key)
         return v + u_new
 
     def compensate_within(self, tensor, key, limit):
         # compensate() with the range check in the same pass as v + u_new
         # (ResidualMemory's one-pass form would skip the velocity).
-        v = self.residual(key, like=tensor)
-        u = self.velocity(key, tensor)
-        u_new = tf.cast(self.momentum, tensor.dtype) * u + tensor
-        self._new_velocity[key] = u_new
+        v, u_new = self._velocity_step(tensor, key)
         return fusion_ops.add_within(v, u_new, limit)
 
     def update(self, key, compensated, decoded, keep=None):

@@ -77,6 +77,21 @@ class Sparsifier(abc.ABC):
         idx = self.select_segments(x, lengths, seed)
         return idx, tf.gather(x, idx)
 
+    def _overrides(self, cls, *names):
+        """True if this object's class, a subclass of the built-in `cls`,
+        overrides any of cls's methods `names`: the built-in *_values fast
+        paths then go through the override instead of cls's kernels."""
+        return any(getattr(type(self), n) is not getattr(cls, n) for n in names)
+
+    def _override_segments_values(self, cls, x, lengths, seed):
+        """select_segments_values for a subclass of `cls` that overrides
+        select_segments or only select (then select per segment)."""
+        if self._overrides(cls, "select_segments"):
+            idx = self.select_segments(x, lengths, seed)
+        else:
+            idx = Sparsifier.select_segments(self, x, lengths, seed)
+        return idx, tf.gather(x, idx)
+
     def config(self):
         return {}
 
@@ -124,6 +139,8 @@ class TopK(Sparsifier):
         return self.select_values(x, seed)[0]
 
     def select_values(self, x, seed):
+        if self._overrides(TopK, "select"):
+            return Sparsifier.select_values(self, x, seed)
         if self.skip_zeros:
             n = int(x.shape.num_elements())
             return self._segmented(x, [n], sparsify_ops.segment_ks([n], self.compress_ratio))
@@ -134,6 +151,8 @@ class TopK(Sparsifier):
         return self.select_segments_values(x, lengths, seed)[0]
 
     def select_segments_values(self, x, lengths, seed):
+        if self._overrides(TopK, "select", "select_segments"):
+            return self._override_segments_values(TopK, x, lengths, seed)
         if self.scope == "bucket" or len(lengths) == 1:
             return self.select_values(x, seed)
         return self._segmented(x, list(lengths),
@@ -191,12 +210,16 @@ class RandomK(Sparsifier):
         return self.select_values(x, seed)[0]
 
     def select_values(self, x, seed):
+        if self._overrides(RandomK, "select"):
+            return Sparsifier.select_values(self, x, seed)
         return sparsify_ops.random_k_ratio(x, self.compress_ratio, seed)
 
     def select_segments(self, x, lengths, seed):
         return self.select_segments_values(x, lengths, seed)[0]
 
     def select_segments_values(self, x, lengths, seed):
+        if self._overrides(RandomK, "select", "select_segments"):
+            return self._override_segments_values(RandomK, x, lengths, seed)
         if self.scope == "bucket" or len(lengths) == 1:
             return self.select_values(x, seed)
         offsets, ks = _segments(lengths, self.compress_ratio)
@@ -223,9 +246,13 @@ class Threshold(Sparsifier):
         return self.select_values(x, seed)[0]
 
     def select_values(self, x, seed):
+        if self._overrides(Threshold, "select"):
+            return Sparsifier.select_values(self, x, seed)
         return sparsify_ops.threshold(x, tf.constant(self.threshold, x.dtype))
 
     def select_segments_values(self, x, lengths, seed):
+        if self._overrides(Threshold, "select", "select_segments"):
+            return self._override_segments_values(Threshold, x, lengths, seed)
         return self.select_values(x, seed)  # element-wise: segments do not matter
 
 

@@ -625,3 +625,35 @@ def test_wrapper_argument_checks():
 # The remaining check, n > 2^32 - 1 ("x has N elements; the sparsifiers support
 # at most 2^32 - 1"), is the per-tensor ops' CheckSize; testing it here would
 # take an 8 GiB tensor.
+
+
+class _EveryOther:
+    """A sparsifier of one's own, as a subclass of a built-in that overrides
+    select() only: every other position, from the first."""
+
+    def select(self, x, seed):
+        return tf.range(0, tf.size(x, out_type=tf.int64), 2, dtype=tf.int64)
+
+
+@pytest.mark.parametrize("base", ["topk", "randomk", "threshold"])
+def test_subclass_overriding_select_is_used_by_the_values_paths(base):
+    """The compressor calls select_values / select_segments_values, whose
+    built-in fast paths use the class's kernel: a subclass that overrides only
+    select() must still get its own positions (per segment, as
+    Sparsifier.select_segments), with x's values at them."""
+    from deepreduce_tf import sparsifiers
+
+    cls = type("EveryOther", (_EveryOther, sparsifiers.SPARSIFIERS[base]), {})
+    s = cls()
+    x = tf.constant(np.arange(1, 12, dtype=np.float32) * np.float32(-1.5))  # 11 values
+    seed = tf.constant(3, tf.int64)
+    idx, val = s.select_values(x, seed)
+    np.testing.assert_array_equal(idx.numpy(), np.arange(0, 11, 2))
+    np.testing.assert_array_equal(val.numpy(), x.numpy()[0::2])
+    idx, val = s.select_segments_values(x, [5, 6], seed)
+    want = np.array([0, 2, 4, 5, 7, 9] if base != "threshold" else [0, 2, 4, 6, 8, 10])
+    np.testing.assert_array_equal(idx.numpy(), want)
+    np.testing.assert_array_equal(val.numpy(), x.numpy()[want])
+    # The built-in class itself keeps its kernel.
+    plain = sparsifiers.SPARSIFIERS[base]()
+    assert plain.select_values(x, seed)[0].numpy().tolist() != list(range(0, 11, 2))
