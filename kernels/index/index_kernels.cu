@@ -595,7 +595,8 @@ __global__ void __launch_bounds__(kGolombThreads)
       __syncwarp();
       continue;
     }
-    for (int64_t w = lane; w < kStageWords; w += kWarp) stage[w] = 0;
+    // Only the block's own words: the codes' bits lie below 8 * nbytes.
+    for (int64_t w = lane; w < (nbytes + 3) / 4; w += kWarp) stage[w] = 0;
     __syncwarp();
     uint64_t base = 0;
     for (uint64_t first = 1; first < count; first += kWarp) {
@@ -842,14 +843,19 @@ __global__ void __launch_bounds__(kGolombThreads)
     const uint64_t nbytes = off[b + 1] - off[b];
     const uint64_t count = golomb::BlockCount(k, log2_block, b);
     const bool staged = nbytes <= static_cast<uint64_t>(kStageBytes);
+    const bool by_warp = staged && count >= kGolombWarpDecodeMin;
     bool ok;
     if (staged) {
-      for (int w = lane; w < kStageWords; w += kWarp) words[w] = stops[w] = 0;
-      __syncwarp();
+      if (by_warp) {  // the block's words, + the 3 that GetBits may read past its last bit
+        const uint64_t used = (nbytes + 3) / 4;
+        for (uint64_t w = lane; w < used + 3; w += kWarp) words[w] = 0;
+        for (uint64_t w = lane; w < used; w += kWarp) stops[w] = 0;
+        __syncwarp();
+      }
       for (uint64_t j = lane; j < nbytes; j += kWarp) stage[j] = begin[j];
       __syncwarp();
     }
-    if (staged && count >= kGolombWarpDecodeMin) {
+    if (by_warp) {
       ok = WarpDecodeBlock(words, stops, nbytes, first[b], static_cast<int>(param[b]), count,
                            upper, out + (b << log2_block), lane);
     } else {
