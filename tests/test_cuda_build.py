@@ -38,6 +38,10 @@ GPU_OPS = {
     PREFIX + "TopK": {"k"},
     PREFIX + "RandomK": {"k", "seed"},
     PREFIX + "ThresholdSelect": {"threshold"},
+    # kernels/sparsify/sparsify_kernels_gpu.cc: one OpKernel class with the
+    # CPU's (SegmentedSelectOp), a segmented radix select on the GPU
+    PREFIX + "SegmentedTopK": {"offsets", "k"},
+    PREFIX + "SegmentedRandomK": {"offsets", "k", "seed"},
     **{PREFIX + f"IndexEncode{codec}": {"universe_size"} for codec in INDEX_CODECS},
     **{PREFIX + f"IndexDecode{codec}": set() for codec in INDEX_CODECS},
     # kernels/value/value_kernels_gpu.cc
@@ -70,11 +74,10 @@ CPU_ONLY_OPS = {PREFIX + "BloomFilterSelect", PREFIX + "BuildInfo",
                 PREFIX + "PermEncode", PREFIX + "PermDecode",
                 PREFIX + "ScatterSum", PREFIX + "ScatterSubtract", PREFIX + "AllWithin",
                 PREFIX + "AddWithin"}
-# Ops whose CUDA kernels are not written yet; TensorFlow places them on the
-# CPU. The segmented sparsifiers (kernels/sparsify/sparsify.h): their GPU
-# version, a segmented radix select (one launch over all segments), comes
-# later. A new op without a GPU kernel has to be listed somewhere on purpose.
-CUDA_PENDING_OPS = {PREFIX + "SegmentedTopK", PREFIX + "SegmentedRandomK"}
+# Ops whose CUDA kernels are not written yet (TensorFlow would place them on
+# the CPU). Empty: every op on a gradient's path has one. A new op without a
+# GPU kernel has to be listed here, or in CPU_ONLY_OPS, on purpose.
+CUDA_PENDING_OPS = set()
 INDEX_DTYPES = (tf.int32, tf.int64)
 
 
@@ -303,3 +306,49 @@ def test_gpu_query_rejects_bad_filters_like_cpu(dtype):
         cpu = error_message("/CPU:0", bloom.query, bf, n, out_idx=dtype)
         gpu = error_message("/GPU:0", bloom.query, bf, n, out_idx=dtype)
         assert gpu == cpu
+
+
+# --------------------------------------------------------------------------
+# Segmented selection on a GPU: the same indices and value bits as the CPU
+# kernel (one OpKernel class, SegmentedSelectOp; only the functor differs).
+
+SEGMENT_LAYOUTS = [
+    # (segment lengths, k per segment)
+    ([5, 0, 1025, 3, 40000, 1], [2, 0, 1025, 0, 400, 1]),  # empty, k = 0, k = len
+    ([432, 16, 16] + [2304, 16, 16] * 6 + [640, 10], None),  # ResNet-20-like, 1 %
+    ([16384, 16385, 1, 33], [16384, 1, 1, 32]),
+]
+
+
+@requires_gpu
+@pytest.mark.parametrize("lengths,ks", SEGMENT_LAYOUTS)
+@pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16, tf.float32, tf.float64])
+def test_gpu_segmented_selection_matches_cpu(lengths, ks, dtype):
+    from deepreduce_tf.ops import sparsify
+    rng = np.random.default_rng(sum(lengths))
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    if ks is None:
+        ks = [max(1, int(np.ceil(0.01 * n))) for n in lengths]
+    x = rng.standard_normal(int(offsets[-1])).astype(np.float64)
+    x[rng.integers(0, x.size, 20)] = np.nan
+    x[rng.integers(0, x.size, 20)] = np.inf
+    x[rng.integers(0, x.size, 200)] = 0.5  # ties
+    xt = tf.constant(x, dtype)
+    for fn, extra in ((sparsify.segmented_top_k, ()), (sparsify.segmented_random_k, (1234,))):
+        i_cpu, v_cpu = on("/CPU:0", fn, xt, offsets, ks, *extra)
+        i_gpu, v_gpu = on("/GPU:0", fn, xt, offsets, ks, *extra)
+        assert_on_gpu(i_gpu)
+        np.testing.assert_array_equal(i_gpu.numpy(), i_cpu.numpy())
+        assert v_gpu.numpy().tobytes() == v_cpu.numpy().tobytes()
+
+
+@requires_gpu
+def test_gpu_segmented_selection_rejects_bad_segments_like_cpu():
+    from deepreduce_tf.ops import sparsify
+    x = tf.constant(np.arange(10, dtype=np.float32))
+    for offsets, ks, pattern in (([0, 4, 9], [1, 1], r"offsets\[S\] must equal n=10"),
+                                 ([0, 6, 4, 10], [1, 1, 1], r"non-decreasing"),
+                                 ([0, 4, 10], [5, 1], r"k\[0\] must lie in \[0, 4\]")):
+        cpu = error_message("/CPU:0", sparsify.segmented_top_k, x, offsets, ks)
+        gpu = error_message("/GPU:0", sparsify.segmented_top_k, x, offsets, ks)
+        assert gpu == cpu and re.search(pattern, cpu), (cpu, gpu)

@@ -22,7 +22,7 @@
 // Ties. Among equal keys the lower index is selected first; the result is
 // deterministic and independent of how the work is split.
 //
-// Segmented selection (SegmentedTopK, SegmentedRandomK; CPU only). x is a
+// Segmented selection (SegmentedTopK, SegmentedRandomK). x is a
 // bucket of S segments, segment i = x[offsets[i], offsets[i+1]), and segment
 // i gets exactly what the per-tensor op gives on that slice with k[i]: the
 // same keys, computed from the position WITHIN the segment (j = p -
@@ -32,9 +32,9 @@
 // Mix64(i) (as uint64): its keys are Mix64(j + SeedMix(seed ^ Mix64(i))), a
 // pure function of (seed, i, segment length, k[i]). Mix64(0) == 0, so segment
 // 0 selects what RandomK selects on it with `seed` itself; Mix64 is a
-// bijection, so distinct segments of one call get distinct seeds. There is no
-// CUDA kernel yet (TensorFlow places these ops on the CPU); a GPU version
-// would be a segmented radix select over the same keys.
+// bijection, so distinct segments of one call get distinct seeds. The CUDA
+// kernels (sparsify_kernels.cu) run the same radix select over every segment
+// of the bucket at once.
 //
 // Selection is a radix select: a histogram of the key's top bits (level 0,
 // kLevel0Bits wide) finds the bucket holding the k-th largest key; further

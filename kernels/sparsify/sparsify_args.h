@@ -1,5 +1,6 @@
 // Argument validation shared by the CPU and GPU OpKernels of the sparsifiers
-// (host code, TF headers). Every message names the argument and the value.
+// (host code, TF headers), and the segmented ops' OpKernel, templated on the
+// device. Every message names the argument and the value.
 #ifndef DEEPREDUCE_KERNELS_SPARSIFY_SPARSIFY_ARGS_H_
 #define DEEPREDUCE_KERNELS_SPARSIFY_SPARSIFY_ARGS_H_
 
@@ -10,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "kernels/sparsify/sparsify.h"
+#include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/framework/tensor_shape.h"
 #include "tensorflow/core/framework/types.h"
@@ -98,6 +100,117 @@ absl::Status ThresholdKey(const tensorflow::Tensor& t_t,
   *key = MagnitudeKey<F>(bits);
   return absl::OkStatus();
 }
+
+// --------------------------------------------------- segmented ops --
+// The validated segmentation: S segments, segment i = [offsets[i],
+// offsets[i+1]) of x's n elements, k[i] of them selected, total_k in all.
+struct Segments {
+  int64_t n = 0;
+  int64_t num_segments = 0;
+  int64_t total_k = 0;
+  const int64_t* offsets = nullptr;
+  const int64_t* k = nullptr;
+};
+
+inline absl::Status CheckSegments(const tensorflow::Tensor& x_t,
+                                  const tensorflow::Tensor& offsets_t,
+                                  const tensorflow::Tensor& k_t, Segments* seg) {
+  if (!tensorflow::TensorShapeUtils::IsVector(offsets_t.shape()) || offsets_t.NumElements() == 0) {
+    return absl::InvalidArgumentError(
+        "offsets must be a vector of S+1 >= 1 segment boundaries, got shape " +
+        offsets_t.shape().DebugString());
+  }
+  if (!tensorflow::TensorShapeUtils::IsVector(k_t.shape())) {
+    return absl::InvalidArgumentError("k must be a vector of S per-segment counts, got shape " +
+                                      k_t.shape().DebugString());
+  }
+  const int64_t num_segments = offsets_t.NumElements() - 1;
+  if (k_t.NumElements() != num_segments) {
+    return absl::InvalidArgumentError(
+        "k has " + std::to_string(k_t.NumElements()) + " elements but offsets has " +
+        std::to_string(num_segments + 1) + ", i.e. S=" + std::to_string(num_segments) +
+        " segments; k needs one element per segment");
+  }
+  int64_t n;
+  TF_RETURN_IF_ERROR(CheckSize<int64_t>(x_t, &n));
+  const int64_t* off = offsets_t.flat<int64_t>().data();
+  const int64_t* k = k_t.flat<int64_t>().data();
+  if (off[0] != 0) {
+    return absl::InvalidArgumentError("offsets[0] must be 0, got " + std::to_string(off[0]));
+  }
+  for (int64_t i = 1; i <= num_segments; ++i) {
+    if (off[i] < off[i - 1]) {
+      return absl::InvalidArgumentError(
+          "offsets must be non-decreasing, got offsets[" + std::to_string(i) +
+          "]=" + std::to_string(off[i]) + " < offsets[" + std::to_string(i - 1) +
+          "]=" + std::to_string(off[i - 1]));
+    }
+  }
+  if (off[num_segments] != n) {
+    return absl::InvalidArgumentError(
+        "offsets[S] must equal n=" + std::to_string(n) +
+        ", the number of elements of x, got offsets[" + std::to_string(num_segments) +
+        "]=" + std::to_string(off[num_segments]));
+  }
+  int64_t total = 0;
+  for (int64_t i = 0; i < num_segments; ++i) {
+    const int64_t len = off[i + 1] - off[i];
+    if (k[i] < 0 || k[i] > len) {
+      return absl::InvalidArgumentError(
+          "k[" + std::to_string(i) + "] must lie in [0, " + std::to_string(len) +
+          "], the length of segment " + std::to_string(i) + ", got k[" +
+          std::to_string(i) + "]=" + std::to_string(k[i]));
+    }
+    total += k[i];  // <= n: no overflow
+  }
+  seg->n = n;
+  seg->num_segments = num_segments;
+  seg->total_k = total;
+  seg->offsets = off;
+  seg->k = k;
+  return absl::OkStatus();
+}
+
+// Devices of the templated OpKernels (the op class is shared; only the
+// functor that does the device work is specialised per device).
+struct CpuDevice {};
+struct GpuDevice {};
+
+namespace functor {
+// Fills idx and val (seg.total_k > 0 entries each, allocated on the op's
+// device) with every segment's selection: top-k, or random-k with `seed`
+// (sparsify.h). x is the op's input 0 on its device; seg's tables are in
+// host memory. CPU: sparsify_kernels.cc; GPU: sparsify_kernels_gpu.cc.
+template <typename Device, typename T, bool kRandom>
+struct SegmentedSelect {
+  absl::Status operator()(tensorflow::OpKernelContext* ctx, const Segments& seg, const T* x,
+                          uint64_t seed, int64_t* idx, T* val) const;
+};
+}  // namespace functor
+
+// SegmentedTopK (kRandom false) and SegmentedRandomK (true) on any device:
+// the arguments' checks, the output shapes and the empty case are this one
+// class's; offsets, k and seed are host tensors on every device.
+template <typename Device, typename T, bool kRandom>
+class SegmentedSelectOp : public tensorflow::OpKernel {
+ public:
+  explicit SegmentedSelectOp(tensorflow::OpKernelConstruction* ctx) : OpKernel(ctx) {}
+
+  void Compute(tensorflow::OpKernelContext* ctx) override {
+    int64_t seed = 0;
+    if (kRandom) OP_REQUIRES_OK(ctx, ScalarInt64(ctx->input(3), "seed", &seed));
+    Segments seg;
+    OP_REQUIRES_OK(ctx, CheckSegments(ctx->input(0), ctx->input(1), ctx->input(2), &seg));
+    tensorflow::Tensor *idx_t = nullptr, *val_t = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, tensorflow::TensorShape({seg.total_k}), &idx_t));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, tensorflow::TensorShape({seg.total_k}), &val_t));
+    if (seg.total_k == 0) return;
+    OP_REQUIRES_OK(ctx, functor::SegmentedSelect<Device, T, kRandom>()(
+                            ctx, seg, ctx->input(0).flat<T>().data(),
+                            static_cast<uint64_t>(seed), idx_t->flat<int64_t>().data(),
+                            val_t->flat<T>().data()));
+  }
+};
 
 }  // namespace sparsify
 }  // namespace deepreduce

@@ -68,6 +68,38 @@ template <typename U, typename Tidx>
 GpuStatus ThresholdWrite(const U* d_x, int64_t n, const void* d_scratch,
                          size_t scratch_bytes, Tidx* d_idx, U* d_val, void* stream);
 
+// ------------------------------------------------------------- segmented --
+// SegmentedTopK / SegmentedRandomK: d_x is a bucket of S segments, segment i
+// = d_x[h_offsets[i], h_offsets[i+1]), of which h_k[i] are selected; both
+// tables are in HOST memory, already validated (offsets[0] == 0,
+// non-decreasing, 0 <= k[i] <= length; the TF ops check them with
+// sparsify_args.h's CheckSegments). Segment i gets exactly what the CPU
+// kernels give it (sparsify.h: same keys from the position within the
+// segment, same tie rule, random-k seed SegmentSeed(seed, i)); the output is
+// every segment's selection in segment order, as flat positions into d_x
+// (ascending), total_k = sum of k[i] entries in d_idx and d_val (the caller
+// allocates them). One launch sequence for all segments: each radix level is
+// one histogram pass over every segment that selects something (a
+// shared-memory histogram per chunk of one segment) and one bucket search per
+// segment; then per-tile counts, two scans and an ordered write, as TopK. The
+// launchers copy a table of O(S) entries to the device (from pageable memory:
+// staged before they return) and never synchronize.
+//
+// Device scratch for a segmentation (only its lengths and k matter).
+size_t SegmentedScratchBytes(const int64_t* h_offsets, const int64_t* h_k,
+                             int64_t num_segments, GpuStatus* status);
+
+template <typename U>
+GpuStatus SegmentedTopK(FloatKind kind, const U* d_x, const int64_t* h_offsets,
+                        const int64_t* h_k, int64_t num_segments, int64_t* d_idx,
+                        U* d_val, void* d_scratch, size_t scratch_bytes, void* stream);
+
+template <typename U>
+GpuStatus SegmentedRandomK(uint64_t seed, const U* d_x, const int64_t* h_offsets,
+                           const int64_t* h_k, int64_t num_segments, int64_t* d_idx,
+                           U* d_val, void* d_scratch, size_t scratch_bytes,
+                           void* stream);
+
 }  // namespace gpu
 }  // namespace sparsify
 }  // namespace deepreduce

@@ -738,75 +738,6 @@ int64_t ExactScratchBytes(int key_bits, int64_t key_bytes, int64_t n) {
          n * key_bytes + num_temps * kArenaAlign;
 }
 
-// The validated segmentation: S segments, segment i = [offsets[i],
-// offsets[i+1]) of x's n elements, k[i] of them selected, total_k in all.
-struct Segments {
-  int64_t n = 0;
-  int64_t num_segments = 0;
-  int64_t total_k = 0;
-  const int64_t* offsets = nullptr;
-  const int64_t* k = nullptr;
-};
-
-absl::Status CheckSegments(const Tensor& x_t, const Tensor& offsets_t, const Tensor& k_t,
-                           Segments* seg) {
-  using ::tensorflow::TensorShapeUtils;
-  if (!TensorShapeUtils::IsVector(offsets_t.shape()) || offsets_t.NumElements() == 0) {
-    return absl::InvalidArgumentError(
-        "offsets must be a vector of S+1 >= 1 segment boundaries, got shape " +
-        offsets_t.shape().DebugString());
-  }
-  if (!TensorShapeUtils::IsVector(k_t.shape())) {
-    return absl::InvalidArgumentError("k must be a vector of S per-segment counts, got shape " +
-                                      k_t.shape().DebugString());
-  }
-  const int64_t num_segments = offsets_t.NumElements() - 1;
-  if (k_t.NumElements() != num_segments) {
-    return absl::InvalidArgumentError(
-        "k has " + std::to_string(k_t.NumElements()) + " elements but offsets has " +
-        std::to_string(num_segments + 1) + ", i.e. S=" + std::to_string(num_segments) +
-        " segments; k needs one element per segment");
-  }
-  int64_t n;
-  TF_RETURN_IF_ERROR(CheckSize<int64_t>(x_t, &n));
-  const int64_t* off = offsets_t.flat<int64_t>().data();
-  const int64_t* k = k_t.flat<int64_t>().data();
-  if (off[0] != 0) {
-    return absl::InvalidArgumentError("offsets[0] must be 0, got " + std::to_string(off[0]));
-  }
-  for (int64_t i = 1; i <= num_segments; ++i) {
-    if (off[i] < off[i - 1]) {
-      return absl::InvalidArgumentError(
-          "offsets must be non-decreasing, got offsets[" + std::to_string(i) +
-          "]=" + std::to_string(off[i]) + " < offsets[" + std::to_string(i - 1) +
-          "]=" + std::to_string(off[i - 1]));
-    }
-  }
-  if (off[num_segments] != n) {
-    return absl::InvalidArgumentError(
-        "offsets[S] must equal n=" + std::to_string(n) +
-        ", the number of elements of x, got offsets[" + std::to_string(num_segments) +
-        "]=" + std::to_string(off[num_segments]));
-  }
-  int64_t total = 0;
-  for (int64_t i = 0; i < num_segments; ++i) {
-    const int64_t len = off[i + 1] - off[i];
-    if (k[i] < 0 || k[i] > len) {
-      return absl::InvalidArgumentError(
-          "k[" + std::to_string(i) + "] must lie in [0, " + std::to_string(len) +
-          "], the length of segment " + std::to_string(i) + ", got k[" +
-          std::to_string(i) + "]=" + std::to_string(k[i]));
-    }
-    total += k[i];  // <= n: no overflow
-  }
-  seg->n = n;
-  seg->num_segments = num_segments;
-  seg->total_k = total;
-  seg->offsets = off;
-  seg->k = k;
-  return absl::OkStatus();
-}
-
 // One segment of len elements at x (k of them to select; positions written
 // as base + j). k == len takes everything, without a selection.
 template <typename Exec, typename Keys, typename T>
@@ -820,21 +751,15 @@ absl::Status SelectSegment(Exec& exec, const Keys& keys, int64_t len, int64_t k,
   return SelectLargest(exec, keys, len, k, x, out_idx, out_val, base);
 }
 
-// Allocates the outputs and fills them, segment by segment. keys_of(i) is
-// the key functor of segment i, over the positions within the segment.
+// Fills the outputs (total_k entries each), segment by segment. keys_of(i)
+// is the key functor of segment i, over the positions within the segment.
 template <typename T, typename KeysOf>
 absl::Status SelectSegments(OpKernelContext* ctx, const Segments& seg, const T* x,
-                            const KeysOf& keys_of) {
+                            int64_t* out_idx, T* out_val, const KeysOf& keys_of) {
   using Keys = decltype(keys_of(int64_t{0}));
   const int64_t S = seg.num_segments;
   const int64_t* off = seg.offsets;
   const int64_t* k = seg.k;
-  Tensor *idx_t = nullptr, *val_t = nullptr;
-  TF_RETURN_IF_ERROR(ctx->allocate_output(0, TensorShape({seg.total_k}), &idx_t));
-  TF_RETURN_IF_ERROR(ctx->allocate_output(1, TensorShape({seg.total_k}), &val_t));
-  if (seg.total_k == 0) return absl::OkStatus();
-  int64_t* out_idx = idx_t->flat<int64_t>().data();
-  T* out_val = val_t->flat<T>().data();
 
   // out_off[i]: where segment i's selection starts in the output. short_seg:
   // the short segments with k > 0, and short_start their first elements in
@@ -908,41 +833,31 @@ absl::Status SelectSegments(OpKernelContext* ctx, const Segments& seg, const T* 
   return absl::OkStatus();
 }
 
-template <typename T>
-class SegmentedTopKOp : public OpKernel {
- public:
-  explicit SegmentedTopKOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+}  // namespace
 
-  void Compute(OpKernelContext* ctx) override {
-    using F = typename FloatOf<T>::F;
-    Segments seg;
-    OP_REQUIRES_OK(ctx, CheckSegments(ctx->input(0), ctx->input(1), ctx->input(2), &seg));
-    const T* x = ctx->input(0).flat<T>().data();
-    const typename F::U* bits = reinterpret_cast<const typename F::U*>(x);
+// The CPU half of the segmented ops (SegmentedSelectOp, sparsify_args.h).
+namespace functor {
+template <typename T, bool kRandom>
+struct SegmentedSelect<CpuDevice, T, kRandom> {
+  absl::Status operator()(OpKernelContext* ctx, const Segments& seg, const T* x,
+                          uint64_t seed, int64_t* idx, T* val) const {
     const int64_t* off = seg.offsets;
-    OP_REQUIRES_OK(ctx, SelectSegments(ctx, seg, x, [bits, off](int64_t i) {
-                     return MagnitudeKeys<F>{bits + off[i]};
-                   }));
+    if constexpr (kRandom) {
+      return SelectSegments(ctx, seg, x, idx, val, [seed](int64_t i) {
+        return RandomKeys{SeedMix(SegmentSeed(seed, static_cast<uint64_t>(i)))};
+      });
+    } else {
+      using F = typename FloatOf<T>::F;
+      const typename F::U* bits = reinterpret_cast<const typename F::U*>(x);
+      return SelectSegments(ctx, seg, x, idx, val, [bits, off](int64_t i) {
+        return MagnitudeKeys<F>{bits + off[i]};
+      });
+    }
   }
 };
+}  // namespace functor
 
-template <typename T>
-class SegmentedRandomKOp : public OpKernel {
- public:
-  explicit SegmentedRandomKOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
-
-  void Compute(OpKernelContext* ctx) override {
-    int64_t seed;
-    OP_REQUIRES_OK(ctx, ScalarInt64(ctx->input(3), "seed", &seed));
-    Segments seg;
-    OP_REQUIRES_OK(ctx, CheckSegments(ctx->input(0), ctx->input(1), ctx->input(2), &seg));
-    const T* x = ctx->input(0).flat<T>().data();
-    const uint64_t useed = static_cast<uint64_t>(seed);
-    OP_REQUIRES_OK(ctx, SelectSegments(ctx, seg, x, [useed](int64_t i) {
-                     return RandomKeys{SeedMix(SegmentSeed(useed, static_cast<uint64_t>(i)))};
-                   }));
-  }
-};
+namespace {
 
 template <typename T, typename Tidx>
 class TopKOp : public OpKernel {
@@ -1106,16 +1021,17 @@ REGISTER_SPARSIFY_CPU_ALL_IDX(double);
 #undef REGISTER_SPARSIFY_CPU
 
 // Segmented ops: int64 indices only (positions in a bucket of many
-// variables); CPU only (see sparsify.h).
+// variables). The op class is shared with the GPU registration
+// (sparsify_kernels_gpu.cc); this file supplies the CPU functor.
 #define REGISTER_SEGMENTED_CPU(T)                                            \
   REGISTER_KERNEL_BUILDER(Name("DeepReduce>SegmentedTopK")                  \
                               .Device(::tensorflow::DEVICE_CPU)             \
                               .TypeConstraint<T>("T"),                      \
-                          SegmentedTopKOp<T>);                               \
+                          SegmentedSelectOp<CpuDevice, T, false>);           \
   REGISTER_KERNEL_BUILDER(Name("DeepReduce>SegmentedRandomK")               \
                               .Device(::tensorflow::DEVICE_CPU)             \
                               .TypeConstraint<T>("T"),                      \
-                          SegmentedRandomKOp<T>);
+                          SegmentedSelectOp<CpuDevice, T, true>);
 
 REGISTER_SEGMENTED_CPU(Eigen::half);
 REGISTER_SEGMENTED_CPU(Eigen::bfloat16);

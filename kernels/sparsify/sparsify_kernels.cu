@@ -10,8 +10,11 @@
 // per-tile counts of keys > T and == T, exclusive scans (CUB), and a write
 // pass in which each warp emits its tile's selections in index order. No
 // host round trip. Threshold: mark + count per tile, scan, count to the host
-// (the output size), write from the marks.
+// (the output size), write from the marks. The segmented selections
+// (SegmentedTopK, SegmentedRandomK) run the same steps over every segment of
+// a bucket at once (see the section at the end of the kernels).
 #include <cstdint>
+#include <vector>
 
 // This library's CUB lives in its own namespace (see bloom_kernels.cu).
 #define CUB_WRAPPED_NAMESPACE deepreduce_cub
@@ -436,6 +439,425 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// ------------------------------------------------------------- segmented --
+//
+// The segmented select runs the per-tensor algorithm on every segment at
+// once. Work units never cross a segment: a segment of len elements is cut
+// into ceil(len / kTile) tiles (the count/write kernels' unit, as above) and
+// ceil(len / kChunk) histogram chunks (the histogram kernel's unit: one
+// block, one shared-memory histogram, then flushed into the segment's row of
+// the global histograms). Only segments with 0 < k are "active"; the host
+// lists them with their first tile and first chunk (prefix sums), and a warp
+// or block finds the segment of its tile or chunk by binary search in that
+// O(S) table. A segment with k == len takes everything (no radix levels; its
+// tiles count every position as selected). Every other active segment has
+// its own SelectState and histogram row; FindKernel runs one block per
+// active segment. The per-tile tie counts are scanned over all tiles at once
+// and rebased per segment (eq_before[t] - eq_before[first tile of the
+// segment]); the selections' scan over all tiles is directly the output
+// offset, because segments are laid out in order and each contributes
+// exactly its k.
+
+constexpr int64_t kChunk = 16 * kTile;
+
+// One active segment, as the device sees it.
+struct SegInfo {
+  long long start;               // flat position of its first element
+  long long len;
+  long long k;                   // 0 < k <= len
+  unsigned long long seed_mix;   // random-k: SeedMix(SegmentSeed(seed, i))
+  int take_all;                  // k == len
+};
+
+template <typename F>
+struct SegMagKeys {
+  using U = typename F::U;
+  const U* x;
+  __host__ __device__ int KeyBits() const { return MagnitudeKeyBits<F>(); }
+  __device__ U operator()(const SegInfo& s, int64_t j) const {
+    return MagnitudeKey<F>(x[s.start + j]);
+  }
+};
+
+struct SegRandKeys {
+  using U = uint64_t;
+  __host__ __device__ int KeyBits() const { return 64; }
+  __device__ U operator()(const SegInfo& s, int64_t j) const {
+    return RandomKKey(s.seed_mix, static_cast<uint64_t>(j));
+  }
+};
+
+// The segmentation's shape: active segments, tiles and chunks.
+struct SegShape {
+  int64_t active = 0;
+  int64_t tiles = 0;
+  int64_t chunks = 0;
+  int64_t total_k = 0;
+};
+
+SegShape ShapeOf(const int64_t* offsets, const int64_t* k, int64_t num_segments) {
+  SegShape sh;
+  for (int64_t i = 0; i < num_segments; ++i) {
+    if (k[i] <= 0) continue;
+    const int64_t len = offsets[i + 1] - offsets[i];
+    ++sh.active;
+    sh.tiles += (len + kTile - 1) / kTile;
+    sh.chunks += (len + kChunk - 1) / kChunk;
+    sh.total_k += k[i];
+  }
+  return sh;
+}
+
+// The device table, copied in one piece from the host: the active segments,
+// their first tiles and chunks (active + 1 each, the last = the totals) and
+// their initial SelectStates.
+struct SegTable {
+  SegInfo* segs;
+  long long* first_tile;
+  long long* first_chunk;
+  SelectState* state;
+  size_t bytes;  // of the four together
+};
+
+struct SegScratch {
+  SegTable table;
+  unsigned* hist;        // active * kMaxBins
+  long long* gt;         // per tile
+  long long* eq;
+  long long* eq_before;
+  long long* take;
+  long long* sel;
+  long long* offset;
+  void* cub_temp;
+  size_t cub_bytes;
+  size_t total_bytes;
+};
+
+// Table offsets within a block starting at `base` (may be null).
+SegTable TableLayout(int64_t active, char* base) {
+  SegTable t;
+  size_t at = 0;
+  auto take = [&](size_t bytes) {
+    char* q = base == nullptr ? nullptr : base + at;
+    at += AlignUp(bytes);
+    return q;
+  };
+  const size_t a = static_cast<size_t>(active);
+  t.segs = reinterpret_cast<SegInfo*>(take(sizeof(SegInfo) * a));
+  t.first_tile = reinterpret_cast<long long*>(take(sizeof(long long) * (a + 1)));
+  t.first_chunk = reinterpret_cast<long long*>(take(sizeof(long long) * (a + 1)));
+  t.state = reinterpret_cast<SelectState*>(take(sizeof(SelectState) * a));
+  t.bytes = at;
+  return t;
+}
+
+cudaError_t SegLayout(const SegShape& sh, void* base, SegScratch* s) {
+  const int64_t tiles = sh.tiles > 0 ? sh.tiles : 1;
+  size_t cub_bytes = 0;
+  cudaError_t e = ScanTempBytes(tiles, &cub_bytes);
+  if (e != cudaSuccess) return e;
+  char* p = static_cast<char*>(base);
+  s->table = TableLayout(sh.active, p);
+  size_t at = s->table.bytes;
+  auto take = [&](size_t bytes) {
+    char* q = p == nullptr ? nullptr : p + at;
+    at += AlignUp(bytes);
+    return q;
+  };
+  const size_t tile_bytes = sizeof(long long) * static_cast<size_t>(tiles);
+  s->hist = reinterpret_cast<unsigned*>(
+      take(sizeof(unsigned) * kMaxBins * static_cast<size_t>(sh.active > 0 ? sh.active : 1)));
+  s->gt = reinterpret_cast<long long*>(take(tile_bytes));
+  s->eq = reinterpret_cast<long long*>(take(tile_bytes));
+  s->eq_before = reinterpret_cast<long long*>(take(tile_bytes));
+  s->take = reinterpret_cast<long long*>(take(tile_bytes));
+  s->sel = reinterpret_cast<long long*>(take(tile_bytes));
+  s->offset = reinterpret_cast<long long*>(take(tile_bytes));
+  s->cub_temp = take(cub_bytes);
+  s->cub_bytes = cub_bytes;
+  s->total_bytes = at;
+  return cudaSuccess;
+}
+
+// Index a of the active segment holding unit u, given first[0..active] (the
+// prefix sums of the units per segment): the last a with first[a] <= u.
+__device__ __forceinline__ int64_t SegmentOf(const long long* __restrict__ first,
+                                             int64_t active, int64_t u) {
+  int64_t lo = 0, hi = active - 1;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (first[mid] <= u) lo = mid; else hi = mid - 1;
+  }
+  return lo;
+}
+
+// One level's histograms: block-stride over chunks; a chunk's keys with its
+// segment's current prefix are counted in shared memory and added to the
+// segment's row. Segments that take everything are skipped.
+template <typename Keys>
+__global__ void __launch_bounds__(kThreads)
+    SegHistKernel(Keys keys, int64_t active, int64_t num_chunks, RadixPlan plan, int level,
+                  const SegInfo* __restrict__ segs, const long long* __restrict__ first_chunk,
+                  const SelectState* __restrict__ st, unsigned* __restrict__ hist) {
+  using U = typename Keys::U;
+  __shared__ unsigned sh[kMaxBins];
+  const int bins = 1 << plan.DigitBits(level);
+  for (int64_t c = blockIdx.x; c < num_chunks; c += gridDim.x) {
+    const int64_t a = SegmentOf(first_chunk, active, c);
+    const SegInfo seg = segs[a];
+    if (seg.take_all) continue;  // uniform over the block
+    for (int b = threadIdx.x; b < bins; b += blockDim.x) sh[b] = 0;
+    __syncthreads();
+    const U prefix = static_cast<U>(st[a].prefix);
+    const int64_t j0 = (c - first_chunk[a]) * kChunk;
+    const int64_t j1 = j0 + kChunk < seg.len ? j0 + kChunk : seg.len;
+    for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
+      const U key = keys(seg, j);
+      if (HasPrefix(plan, level, key, prefix)) atomicAdd(&sh[Digit(plan, level, key)], 1u);
+    }
+    __syncthreads();
+    unsigned* row = hist + a * kMaxBins;
+    for (int b = threadIdx.x; b < bins; b += blockDim.x) {
+      if (sh[b] != 0) atomicAdd(&row[b], sh[b]);
+    }
+    __syncthreads();  // before the next chunk clears sh
+  }
+}
+
+// FindKernel for every active segment: block a searches row a. A segment
+// that takes everything starts with need 0, which no bin satisfies, so its
+// state is left alone.
+__global__ void __launch_bounds__(kFindThreads)
+    SegFindKernel(const unsigned* __restrict__ hist, RadixPlan plan, int level,
+                  SelectState* st) {
+  using BlockScan = deepreduce_cub::cub::BlockScan<long long, kFindThreads>;
+  __shared__ typename BlockScan::TempStorage temp;
+  const int64_t a = blockIdx.x;
+  const unsigned* row = hist + a * kMaxBins;
+  SelectState* mine = st + a;
+  const int bins = 1 << plan.DigitBits(level);
+  const long long need = mine->need;
+  const unsigned long long prefix = mine->prefix;
+  long long items[2], incl[2];
+  for (int j = 0; j < 2; ++j) {
+    const int b = bins - 1 - (2 * static_cast<int>(threadIdx.x) + j);
+    items[j] = b >= 0 ? static_cast<long long>(row[b]) : 0;
+  }
+  BlockScan(temp).InclusiveSum(items, incl);  // synchronizes the block
+  for (int j = 0; j < 2; ++j) {
+    const int b = bins - 1 - (2 * static_cast<int>(threadIdx.x) + j);
+    const long long excl = incl[j] - items[j];
+    if (b >= 0 && excl < need && incl[j] >= need) {
+      mine->need = need - excl;
+      mine->prefix = level == 0 ? static_cast<unsigned long long>(b)
+                                : (prefix << plan.DigitBits(level)) |
+                                      static_cast<unsigned long long>(b);
+    }
+  }
+}
+
+// Per tile (a warp each): keys > T and == T of its segment; a segment that
+// takes everything counts every position as > T.
+template <typename Keys>
+__global__ void __launch_bounds__(kThreads)
+    SegCountKernel(Keys keys, int64_t active, int64_t num_tiles,
+                   const SegInfo* __restrict__ segs, const long long* __restrict__ first_tile,
+                   const SelectState* __restrict__ st, long long* __restrict__ gt,
+                   long long* __restrict__ eq) {
+  using U = typename Keys::U;
+  const int lane = threadIdx.x % kWarp;
+  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
+  const int64_t num_warps = static_cast<int64_t>(gridDim.x) * blockDim.x / kWarp;
+  for (int64_t tile = warp; tile < num_tiles; tile += num_warps) {
+    const int64_t a = SegmentOf(first_tile, active, tile);
+    const SegInfo seg = segs[a];
+    const int64_t j0 = (tile - first_tile[a]) * kTile;
+    if (seg.take_all) {
+      if (lane == 0) {
+        const int64_t left = seg.len - j0;
+        gt[tile] = left < kTile ? left : kTile;
+        eq[tile] = 0;
+      }
+      continue;
+    }
+    const U t = static_cast<U>(st[a].prefix);
+    long long cg = 0, ce = 0;
+    for (int it = 0; it < kTileSteps; ++it) {
+      const int64_t j = j0 + kWarp * it + lane;
+      const bool valid = j < seg.len;
+      const U key = valid ? keys(seg, j) : U{0};
+      cg += __popc(__ballot_sync(kFullMask, valid && key > t));
+      ce += __popc(__ballot_sync(kFullMask, valid && key == t));
+    }
+    if (lane == 0) {
+      gt[tile] = cg;
+      eq[tile] = ce;
+    }
+  }
+}
+
+// Per tile: the ties it takes (its segment's need less the ties of the
+// segment's earlier tiles) and its selections.
+__global__ void __launch_bounds__(kThreads)
+    SegTakeKernel(int64_t active, int64_t num_tiles, const long long* __restrict__ first_tile,
+                  const SelectState* __restrict__ st, const long long* __restrict__ gt,
+                  const long long* __restrict__ eq, const long long* __restrict__ eq_before,
+                  long long* __restrict__ take, long long* __restrict__ sel) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       t < num_tiles; t += stride) {
+    const int64_t a = SegmentOf(first_tile, active, t);
+    const long long before = eq_before[t] - eq_before[first_tile[a]];
+    long long tk = st[a].need - before;
+    tk = tk < 0 ? 0 : (tk > eq[t] ? eq[t] : tk);
+    take[t] = tk;
+    sel[t] = gt[t] + tk;
+  }
+}
+
+// One warp per tile, as WriteKernel; positions are written flat
+// (seg.start + j), values bit for bit.
+template <typename Keys, typename V>
+__global__ void __launch_bounds__(kThreads)
+    SegWriteKernel(Keys keys, const V* __restrict__ x, int64_t active, int64_t num_tiles, const SegInfo* __restrict__ segs,
+                   const long long* __restrict__ first_tile, const SelectState* __restrict__ st,
+                   const long long* __restrict__ take, const long long* __restrict__ offset,
+                   int64_t* __restrict__ idx, V* __restrict__ val) {
+  using U = typename Keys::U;
+  const int lane = threadIdx.x % kWarp;
+  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
+  const int64_t num_warps = static_cast<int64_t>(gridDim.x) * blockDim.x / kWarp;
+  for (int64_t tile = warp; tile < num_tiles; tile += num_warps) {
+    const int64_t a = SegmentOf(first_tile, active, tile);
+    const SegInfo seg = segs[a];
+    const int64_t j0 = (tile - first_tile[a]) * kTile;
+    long long out = offset[tile];
+    if (seg.take_all) {
+      for (int it = 0; it < kTileSteps; ++it) {
+        const int64_t j = j0 + kWarp * it + lane;
+        if (j < seg.len) {
+          idx[out + kWarp * it + lane] = seg.start + j;
+          val[out + kWarp * it + lane] = x[seg.start + j];
+        }
+      }
+      continue;
+    }
+    const U t = static_cast<U>(st[a].prefix);
+    const long long tk = take[tile];
+    long long eq_seen = 0;
+    for (int it = 0; it < kTileSteps; ++it) {
+      const int64_t j = j0 + kWarp * it + lane;
+      const bool valid = j < seg.len;
+      const U key = valid ? keys(seg, j) : U{0};
+      const bool is_eq = valid && key == t;
+      const unsigned eq_ballot = __ballot_sync(kFullMask, is_eq);
+      const long long rank = eq_seen + __popc(eq_ballot & LanesBelow(lane));
+      const bool s = valid && (key > t || (is_eq && rank < tk));
+      const unsigned s_ballot = __ballot_sync(kFullMask, s);
+      if (s) {
+        const long long o = out + __popc(s_ballot & LanesBelow(lane));
+        idx[o] = seg.start + j;
+        val[o] = x[seg.start + j];
+      }
+      out += __popc(s_ballot);
+      eq_seen += __popc(eq_ballot);
+    }
+  }
+}
+
+// The whole segmented selection for a key functor.
+template <typename Keys, typename U>
+GpuStatus SegSelect(const Keys& keys, uint64_t seed, bool random, const U* d_x,
+                    const int64_t* h_offsets, const int64_t* h_k, int64_t num_segments,
+                    int64_t* d_idx, U* d_val, void* d_scratch, size_t scratch_bytes,
+                    void* stream) {
+  const SegShape sh = ShapeOf(h_offsets, h_k, num_segments);
+  if (sh.total_k == 0) return Ok();
+  cudaStream_t s = AsStream(stream);
+  SegScratch sc;
+  DR_CUDA_RETURN_IF_ERROR(SegLayout(sh, d_scratch, &sc), "laying out the scratch");
+  if (scratch_bytes < sc.total_bytes) {
+    return Fail(cudaErrorInvalidValue, "scratch is smaller than SegmentedScratchBytes");
+  }
+  // The table, built on the host and copied in one piece.
+  std::vector<char> host(sc.table.bytes);
+  const SegTable ht = TableLayout(sh.active, host.data());
+  const char* dbase = reinterpret_cast<const char*>(sc.table.segs);
+  bool any_radix = false;
+  int64_t a = 0, tiles = 0, chunks = 0;
+  for (int64_t i = 0; i < num_segments; ++i) {
+    if (h_k[i] <= 0) continue;
+    const int64_t len = h_offsets[i + 1] - h_offsets[i];
+    SegInfo& info = ht.segs[a];
+    info.start = h_offsets[i];
+    info.len = len;
+    info.k = h_k[i];
+    info.seed_mix = random ? SeedMix(SegmentSeed(seed, static_cast<uint64_t>(i))) : 0;
+    info.take_all = h_k[i] == len ? 1 : 0;
+    any_radix = any_radix || !info.take_all;
+    ht.first_tile[a] = tiles;
+    ht.first_chunk[a] = chunks;
+    ht.state[a].prefix = 0;
+    ht.state[a].need = info.take_all ? 0 : h_k[i];
+    tiles += (len + kTile - 1) / kTile;
+    chunks += (len + kChunk - 1) / kChunk;
+    ++a;
+  }
+  ht.first_tile[sh.active] = tiles;
+  ht.first_chunk[sh.active] = chunks;
+  DR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(const_cast<char*>(dbase), host.data(), host.size(),
+                                          cudaMemcpyHostToDevice, s),
+                          "copying the segment table to the device");
+  const SegTable& dt = sc.table;
+  const RadixPlan plan = MakeRadixPlan(keys.KeyBits(), kGpuLevelBits);
+  int grid = 0;
+  if (any_radix) {
+    DR_CUDA_RETURN_IF_ERROR(GridSize(SegHistKernel<Keys>, sh.chunks, &grid),
+                            "sizing the histogram grid");
+    for (int level = 0; level < plan.num_levels; ++level) {
+      DR_CUDA_RETURN_IF_ERROR(
+          cudaMemsetAsync(sc.hist, 0, sizeof(unsigned) * kMaxBins * sh.active, s),
+          "clearing the histograms");
+      SegHistKernel<Keys><<<grid, kThreads, 0, s>>>(keys, sh.active, sh.chunks, plan, level,
+                                                    dt.segs, dt.first_chunk, dt.state,
+                                                    sc.hist);
+      DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching SegHistKernel");
+      SegFindKernel<<<static_cast<unsigned>(sh.active), kFindThreads, 0, s>>>(
+          sc.hist, plan, level, dt.state);
+      DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching SegFindKernel");
+    }
+  }
+  const int64_t warps_needed = (sh.tiles * kWarp + kThreads - 1) / kThreads;
+  DR_CUDA_RETURN_IF_ERROR(GridSize(SegCountKernel<Keys>, warps_needed, &grid),
+                          "sizing the count grid");
+  SegCountKernel<Keys><<<grid, kThreads, 0, s>>>(keys, sh.active, sh.tiles, dt.segs,
+                                                 dt.first_tile, dt.state, sc.gt, sc.eq);
+  DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching SegCountKernel");
+  size_t cub_bytes = sc.cub_bytes;
+  DR_CUDA_RETURN_IF_ERROR(
+      deepreduce_cub::cub::DeviceScan::ExclusiveSum(sc.cub_temp, cub_bytes, sc.eq,
+                                                    sc.eq_before, static_cast<int>(sh.tiles),
+                                                    s),
+      "scanning the per-tile tie counts");
+  DR_CUDA_RETURN_IF_ERROR(GridSize(SegTakeKernel, (sh.tiles + kThreads - 1) / kThreads, &grid),
+                          "sizing the take grid");
+  SegTakeKernel<<<grid, kThreads, 0, s>>>(sh.active, sh.tiles, dt.first_tile, dt.state, sc.gt,
+                                          sc.eq, sc.eq_before, sc.take, sc.sel);
+  DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching SegTakeKernel");
+  cub_bytes = sc.cub_bytes;
+  DR_CUDA_RETURN_IF_ERROR(
+      deepreduce_cub::cub::DeviceScan::ExclusiveSum(sc.cub_temp, cub_bytes, sc.sel, sc.offset,
+                                                    static_cast<int>(sh.tiles), s),
+      "scanning the per-tile selection counts");
+  DR_CUDA_RETURN_IF_ERROR(GridSize(SegWriteKernel<Keys, U>, warps_needed, &grid),
+                          "sizing the write grid");
+  SegWriteKernel<Keys, U><<<grid, kThreads, 0, s>>>(keys, d_x, sh.active, sh.tiles, dt.segs,
+                                                    dt.first_tile, dt.state, sc.take,
+                                                    sc.offset, d_idx, d_val);
+  DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching SegWriteKernel");
+  return Ok();
+}
+
 }  // namespace
 
 const char* ErrorString(int cuda_error) {
@@ -552,6 +974,57 @@ template GpuStatus ThresholdCount<uint32_t>(FloatKind, const uint32_t*, int64_t,
                                             void*, size_t, void*, int64_t*);
 template GpuStatus ThresholdCount<uint64_t>(FloatKind, const uint64_t*, int64_t, uint64_t,
                                             void*, size_t, void*, int64_t*);
+
+size_t SegmentedScratchBytes(const int64_t* h_offsets, const int64_t* h_k,
+                             int64_t num_segments, GpuStatus* status) {
+  SegScratch sc;
+  const cudaError_t e = SegLayout(ShapeOf(h_offsets, h_k, num_segments), nullptr, &sc);
+  if (e != cudaSuccess) {
+    *status = Fail(e, "sizing the CUB scan workspace");
+    return 0;
+  }
+  *status = Ok();
+  return sc.total_bytes;
+}
+
+template <typename U>
+GpuStatus SegmentedTopK(FloatKind kind, const U* d_x, const int64_t* h_offsets,
+                        const int64_t* h_k, int64_t num_segments, int64_t* d_idx,
+                        U* d_val, void* d_scratch, size_t scratch_bytes, void* stream) {
+  auto run = [&](auto keys) {
+    return SegSelect(keys, 0, false, d_x, h_offsets, h_k, num_segments, d_idx, d_val,
+                     d_scratch, scratch_bytes, stream);
+  };
+  if constexpr (sizeof(U) == 2) {
+    if (kind == FloatKind::kHalf) return run(SegMagKeys<Half>{d_x});
+    return run(SegMagKeys<BFloat16>{d_x});
+  } else if constexpr (sizeof(U) == 4) {
+    return run(SegMagKeys<Float32>{d_x});
+  } else {
+    return run(SegMagKeys<Float64>{d_x});
+  }
+}
+
+template <typename U>
+GpuStatus SegmentedRandomK(uint64_t seed, const U* d_x, const int64_t* h_offsets,
+                           const int64_t* h_k, int64_t num_segments, int64_t* d_idx,
+                           U* d_val, void* d_scratch, size_t scratch_bytes,
+                           void* stream) {
+  return SegSelect(SegRandKeys{}, seed, true, d_x, h_offsets, h_k, num_segments, d_idx,
+                   d_val, d_scratch, scratch_bytes, stream);
+}
+
+#define DR_INSTANTIATE_SEG(U)                                                          \
+  template GpuStatus SegmentedTopK<U>(FloatKind, const U*, const int64_t*,             \
+                                      const int64_t*, int64_t, int64_t*, U*, void*,    \
+                                      size_t, void*);                                  \
+  template GpuStatus SegmentedRandomK<U>(uint64_t, const U*, const int64_t*,           \
+                                         const int64_t*, int64_t, int64_t*, U*, void*, \
+                                         size_t, void*);
+DR_INSTANTIATE_SEG(uint16_t)
+DR_INSTANTIATE_SEG(uint32_t)
+DR_INSTANTIATE_SEG(uint64_t)
+#undef DR_INSTANTIATE_SEG
 
 }  // namespace gpu
 }  // namespace sparsify

@@ -2,9 +2,11 @@
 // *_gpu.cc files when DEEPREDUCE_TF_CUDA=1). They validate exactly as the CPU
 // kernels do (sparsify_args.h, same messages) and run the CUDA kernels of
 // sparsify_kernels.cu through the launchers of sparsify_gpu.h on the op's
-// stream. k, seed and threshold live in host memory. TopK and RandomK do not
-// synchronize (the output size k is known on the host); ThresholdSelect
-// synchronizes once, to learn its output size.
+// stream. k, seed, threshold and the segmented ops' offsets live in host
+// memory. TopK, RandomK and the segmented ops do not synchronize (the output
+// size is known on the host); ThresholdSelect synchronizes once, to learn its
+// output size. The segmented ops share their OpKernel with the CPU
+// (SegmentedSelectOp, sparsify_args.h); this file supplies the GPU functor.
 #include <cstdint>
 #include <string>
 
@@ -133,6 +135,68 @@ class ThresholdSelectGpuOp : public OpKernel {
                                    "ThresholdSelect"));
   }
 };
+
+}  // namespace
+
+// The GPU half of the segmented ops (SegmentedSelectOp, sparsify_args.h): the
+// launchers read offsets and k from the host tensors and copy an O(S) table
+// to the device; nothing else crosses, and nothing synchronizes.
+namespace functor {
+template <typename T, bool kRandom>
+struct SegmentedSelect<GpuDevice, T, kRandom> {
+  absl::Status operator()(OpKernelContext* ctx, const Segments& seg, const T* x,
+                          uint64_t seed, int64_t* idx, T* val) const {
+    using U = typename FloatOf<T>::F::U;
+    void* stream = nullptr;
+    TF_RETURN_IF_ERROR(StreamOf(ctx, &stream));
+    gpu::GpuStatus st;
+    const size_t bytes =
+        gpu::SegmentedScratchBytes(seg.offsets, seg.k, seg.num_segments, &st);
+    TF_RETURN_IF_ERROR(CudaStatus(st, "segmented select"));
+    Tensor scratch_t;
+    TF_RETURN_IF_ERROR(ctx->allocate_temp(
+        tensorflow::DT_UINT8, TensorShape({static_cast<int64_t>(bytes > 0 ? bytes : 1)}),
+        &scratch_t));
+    void* scratch = scratch_t.flat<uint8_t>().data();
+    const U* xb = reinterpret_cast<const U*>(x);
+    U* vb = reinterpret_cast<U*>(val);
+    if constexpr (kRandom) {
+      return CudaStatus(gpu::SegmentedRandomK<U>(seed, xb, seg.offsets, seg.k,
+                                                 seg.num_segments, idx, vb, scratch, bytes,
+                                                 stream),
+                        "SegmentedRandomK");
+    } else {
+      return CudaStatus(gpu::SegmentedTopK<U>(KindOf<T>(), xb, seg.offsets, seg.k,
+                                              seg.num_segments, idx, vb, scratch, bytes,
+                                              stream),
+                        "SegmentedTopK");
+    }
+  }
+};
+}  // namespace functor
+
+namespace {
+
+#define REGISTER_SEGMENTED_GPU(T)                                            \
+  REGISTER_KERNEL_BUILDER(Name("DeepReduce>SegmentedTopK")                  \
+                              .Device(::tensorflow::DEVICE_GPU)             \
+                              .TypeConstraint<T>("T")                       \
+                              .HostMemory("offsets")                        \
+                              .HostMemory("k"),                             \
+                          SegmentedSelectOp<GpuDevice, T, false>);           \
+  REGISTER_KERNEL_BUILDER(Name("DeepReduce>SegmentedRandomK")               \
+                              .Device(::tensorflow::DEVICE_GPU)             \
+                              .TypeConstraint<T>("T")                       \
+                              .HostMemory("offsets")                        \
+                              .HostMemory("k")                              \
+                              .HostMemory("seed"),                          \
+                          SegmentedSelectOp<GpuDevice, T, true>);
+
+REGISTER_SEGMENTED_GPU(Eigen::half);
+REGISTER_SEGMENTED_GPU(Eigen::bfloat16);
+REGISTER_SEGMENTED_GPU(float);
+REGISTER_SEGMENTED_GPU(double);
+#undef REGISTER_SEGMENTED_GPU
 
 #define REGISTER_SPARSIFY_GPU(T, Tidx)                                        \
   REGISTER_KERNEL_BUILDER(Name("DeepReduce>TopK")                            \

@@ -26,7 +26,8 @@
 // on many tiny inputs.
 //
 // Build and run: bash build_deps/build_cuda_test.sh (runs it if a GPU is
-// present). Exit status: 0 all passed, 1 a mismatch, 77 no CUDA device
+// present); `sparsify_cuda_test NAME` runs only the cases whose name contains
+// NAME. Exit status: 0 all passed, 1 a mismatch, 77 no CUDA device
 // (skipped; the host self-checks still ran).
 #include <cuda_runtime.h>
 
@@ -35,6 +36,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <random>
 #include <string>
@@ -464,10 +466,224 @@ void RunInput(const FM& f, const std::vector<typename FM::U>& x, uint64_t seed,
   }
 }
 
+// ------------------------------------------------ segmented selection --
+//
+// SegmentedTopK / SegmentedRandomK against the per-segment reference: segment
+// i of the bucket gets FirstK(order of its own slice, k[i]) shifted by
+// offsets[i] (top-k: TopOrder of the slice's ranks; random-k: RandomOrder
+// with seed SegmentSeed(seed, i) over the slice's positions), concatenated
+// in segment order. Layouts: ResNet-20 as deepreduce_tf.models.resnet20
+// builds it (59 tensors, 3-channel input), ResNet-50 as torchvision
+// defines it (161 tensors, 25,557,032 elements), and random layouts of
+// empty, tiny, tile-edge and chunk-edge segments with k[i] drawn from
+// {0, 1, len/100, len/2, len-1, len}.
+
+std::vector<int64_t> ResNet20Lengths() {
+  std::vector<int64_t> len;
+  auto conv_bn = [&](int64_t cin, int64_t cout) {
+    len.push_back(3 * 3 * cin * cout);
+    len.push_back(cout);  // gamma
+    len.push_back(cout);  // beta
+  };
+  conv_bn(3, 16);
+  int64_t cin = 16;
+  for (int64_t f : {16, 32, 64}) {
+    for (int b = 0; b < 3; ++b) {
+      conv_bn(cin, f);
+      conv_bn(f, f);
+      cin = f;
+    }
+  }
+  len.push_back(64 * 10);
+  len.push_back(10);
+  return len;
+}
+
+std::vector<int64_t> ResNet50Lengths() {
+  std::vector<int64_t> len;
+  auto conv_bn = [&](int64_t k, int64_t cin, int64_t cout) {
+    len.push_back(k * k * cin * cout);
+    len.push_back(cout);
+    len.push_back(cout);
+  };
+  conv_bn(7, 3, 64);
+  int64_t cin = 64;
+  const int64_t widths[] = {64, 128, 256, 512};
+  const int blocks[] = {3, 4, 6, 3};
+  for (int s = 0; s < 4; ++s) {
+    for (int b = 0; b < blocks[s]; ++b) {
+      const int64_t w = widths[s], out = 4 * w;
+      conv_bn(1, cin, w);
+      conv_bn(3, w, w);
+      conv_bn(1, w, out);
+      if (b == 0) conv_bn(1, cin, out);  // downsample
+      cin = out;
+    }
+  }
+  len.push_back(2048 * 1000);
+  len.push_back(1000);
+  return len;
+}
+
+std::vector<int64_t> OffsetsOf(const std::vector<int64_t>& len) {
+  std::vector<int64_t> off(len.size() + 1, 0);
+  for (size_t i = 0; i < len.size(); ++i) off[i + 1] = off[i] + len[i];
+  return off;
+}
+
+bool SegmentLayoutsAgree() {
+  const auto r20 = ResNet20Lengths(), r50 = ResNet50Lengths();
+  int64_t n20 = 0, n50 = 0;
+  for (int64_t l : r20) n20 += l;
+  for (int64_t l : r50) n50 += l;
+  // Keras' ResNet-20 (3-channel input, 10 classes): 59 trainable tensors,
+  // 269,722 elements (272,474 parameters less 2,752 BatchNorm statistics).
+  return r20.size() == 59 && n20 == 269722 && r50.size() == 161 && n50 == 25557032;
+}
+
+// The reference selection of a whole bucket.
+template <typename FM>
+std::vector<int64_t> SegmentedRef(const FM& f, const std::vector<typename FM::U>& x,
+                                  const std::vector<int64_t>& off,
+                                  const std::vector<int64_t>& k, bool random, uint64_t seed) {
+  std::vector<int64_t> out;
+  for (size_t i = 0; i + 1 < off.size(); ++i) {
+    if (k[i] == 0) continue;
+    const int64_t len = off[i + 1] - off[i];
+    std::vector<int64_t> order;
+    if (random) {
+      order = RandomOrder(ds::SegmentSeed(seed, i), len);
+    } else {
+      std::vector<typename FM::U> slice(x.begin() + off[i], x.begin() + off[i + 1]);
+      order = TopOrder(Ranks(f, slice));
+    }
+    for (int64_t j : FirstK(order, k[i])) out.push_back(off[i] + j);
+  }
+  return out;
+}
+
+template <typename FM>
+void RunSegmented(const std::string& what, const FM& f, const std::vector<typename FM::U>& x,
+                  const std::vector<int64_t>& off, const std::vector<int64_t>& k,
+                  uint64_t seed, cudaStream_t stream) {
+  using U = typename FM::U;
+  const int64_t n = static_cast<int64_t>(x.size());
+  const int64_t num_segments = static_cast<int64_t>(k.size());
+  int64_t total_k = 0;
+  for (int64_t v : k) total_k += v;
+  gpu::GpuStatus st{0, ""};
+  const size_t scratch_bytes =
+      gpu::SegmentedScratchBytes(off.data(), k.data(), num_segments, &st);
+  CheckGpu(st);
+  // One guard element after the outputs: nothing may be written past total_k.
+  DeviceBuffer d_x(n * sizeof(U)), d_idx((total_k + 1) * sizeof(int64_t)),
+      d_val((total_k + 1) * sizeof(U)), d_scratch(scratch_bytes);
+  CheckCuda(cudaMemcpy(d_x.p, x.data(), n * sizeof(U), cudaMemcpyHostToDevice), "upload");
+  void* s = static_cast<void*>(stream);
+  for (int random = 0; random < 2; ++random) {
+    const std::string name = what + (random ? " segmented random-k" : " segmented top-k");
+    CheckCuda(cudaMemset(d_idx.p, 0xff, (total_k + 1) * sizeof(int64_t)), "memset");
+    if (random) {
+      CheckGpu(gpu::SegmentedRandomK<U>(seed, d_x.as<U>(), off.data(), k.data(), num_segments,
+                                        d_idx.as<int64_t>(), d_val.as<U>(), d_scratch.p,
+                                        scratch_bytes, s));
+    } else {
+      CheckGpu(gpu::SegmentedTopK<U>(f.kind, d_x.as<U>(), off.data(), k.data(), num_segments,
+                                     d_idx.as<int64_t>(), d_val.as<U>(), d_scratch.p,
+                                     scratch_bytes, s));
+    }
+    CheckCuda(cudaStreamSynchronize(stream), name.c_str());
+    const auto want = SegmentedRef(f, x, off, k, random == 1, seed);
+    CHECK(static_cast<int64_t>(want.size()) == total_k, name + ": reference size");
+    const auto got = Download<int64_t>(d_idx.p, total_k + 1);
+    CHECK(got[total_k] == -1, name + ": wrote past the last output");
+    CompareSelection(name, want, std::vector<int64_t>(got.begin(), got.begin() + total_k));
+    CompareValues(name, want, x, Download<U>(d_val.p, total_k));
+  }
+}
+
+// k[i] = max(1, ceil(ratio * len)) for non-empty segments (the library's
+// per-variable rule), 0 for empty ones.
+std::vector<int64_t> RatioK(const std::vector<int64_t>& len, double ratio) {
+  std::vector<int64_t> k(len.size());
+  for (size_t i = 0; i < len.size(); ++i) {
+    const int64_t c = static_cast<int64_t>(std::ceil(ratio * static_cast<double>(len[i])));
+    k[i] = len[i] == 0 ? 0 : std::min(len[i], std::max<int64_t>(1, c));
+  }
+  return k;
+}
+
+// Random segment lengths around the unit edges (tile 1024, chunk 16384) and
+// random k from the brief's set.
+void RandomLayout(uint64_t seed, int num_segments, std::vector<int64_t>* len,
+                  std::vector<int64_t>* k) {
+  std::mt19937_64 rng(seed);
+  const int64_t lens[] = {0, 0, 1, 2, 31, 32, 33, 1000, 1023, 1024, 1025, 2049,
+                          16383, 16384, 16385, 40000};
+  len->clear();
+  k->clear();
+  for (int i = 0; i < num_segments; ++i) {
+    const int64_t l = lens[rng() % (sizeof(lens) / sizeof(lens[0]))];
+    const int64_t choices[] = {0, 1, l / 100, l / 2, l - 1, l};
+    int64_t kk = choices[rng() % 6];
+    kk = std::max<int64_t>(0, std::min(kk, l));
+    len->push_back(l);
+    k->push_back(kk);
+  }
+}
+
+template <typename FM>
+void RunSegmentedCases(const FM& f, cudaStream_t stream,
+                       const std::function<void(const std::string&, std::function<void()>)>&
+                           report) {
+  int case_no = 0;
+  // Random layouts, every pattern (ties, specials with NaN/Inf, all zero).
+  for (int layout = 0; layout < 3; ++layout) {
+    std::vector<int64_t> len, k;
+    RandomLayout(0x5e600000ull + layout, 40, &len, &k);
+    const auto off = OffsetsOf(len);
+    for (int pattern = 0; pattern < kNumPatterns; ++pattern) {
+      const uint64_t seed = 0x5e610000ull + 97 * case_no++;
+      const auto x = MakeInput(f, pattern, off.back(), seed);
+      report(std::string(f.name) + " " + PatternName(pattern) + " random layout " +
+                 std::to_string(layout) + " (n=" + std::to_string(off.back()) + ")",
+             [&] { RunSegmented("random layout", f, x, off, k, seed, stream); });
+    }
+  }
+  // Edge cases: every k zero, every k = len, one segment, empty segments only.
+  {
+    const std::vector<int64_t> len = {5, 0, 1025, 3};
+    const auto off = OffsetsOf(len);
+    const auto x = MakeInput(f, kSpecials, off.back(), 77);
+    report(std::string(f.name) + " all k = 0",
+           [&] { RunSegmented("k=0", f, x, off, {0, 0, 0, 0}, 7, stream); });
+    report(std::string(f.name) + " all k = len",
+           [&] { RunSegmented("k=len", f, x, off, len, 7, stream); });
+    report(std::string(f.name) + " empty segments only",
+           [&] { RunSegmented("empty", f, {}, {0, 0, 0}, {0, 0}, 7, stream); });
+    const auto y = MakeInput(f, kSmallInts, 70000, 78);
+    report(std::string(f.name) + " one segment of 70000, k=700",
+           [&] { RunSegmented("one", f, y, {0, 70000}, {700}, 7, stream); });
+  }
+  // ResNet-20 at 1 % and 10 %.
+  {
+    const auto len = ResNet20Lengths();
+    const auto off = OffsetsOf(len);
+    const auto x = MakeInput(f, kRandom, off.back(), 20);
+    for (double r : {0.01, 0.1}) {
+      report(std::string(f.name) + " ResNet-20 layout ratio " + std::to_string(r),
+             [&] { RunSegmented("resnet20", f, x, off, RatioK(len, r), 20, stream); });
+    }
+  }
+}
+
 }  // namespace
 
-int main() {
-  if (!HostSelfCheck()) {
+int main(int argc, char** argv) {
+  // An optional argument runs only the cases whose name contains it (e.g.
+  // "layout" under compute-sanitizer --tool racecheck, which is slow).
+  const std::string only = argc > 1 ? argv[1] : "";
+  if (!HostSelfCheck() || !SegmentLayoutsAgree()) {
     std::printf("FAIL host reference self-check\n");
     return 1;
   }
@@ -488,6 +704,7 @@ int main() {
   }
   int failed = 0, passed = 0;
   auto report = [&](const std::string& name, auto&& fn) {
+    if (name.find(only) == std::string::npos) return;
     try {
       fn();
       ++passed;
@@ -525,6 +742,22 @@ int main() {
   run_format(kHalf);
   run_format(kBf16);
   run_format(kF64);
+  // Segmented selection: every format on the random and ResNet-20 layouts,
+  // float32 also on ResNet-50's whole bucket (25.6 M elements, 1 %).
+  const std::function<void(const std::string&, std::function<void()>)> rep =
+      [&](const std::string& name, std::function<void()> fn) { report(name, fn); };
+  RunSegmentedCases(kF32, stream, rep);
+  RunSegmentedCases(kHalf, stream, rep);
+  RunSegmentedCases(kBf16, stream, rep);
+  RunSegmentedCases(kF64, stream, rep);
+  {
+    const auto len = ResNet50Lengths();
+    const auto off = OffsetsOf(len);
+    const auto x = MakeInput(kF32, kRandom, off.back(), 50);
+    rep("float32 ResNet-50 layout ratio 0.01", [&] {
+      RunSegmented("resnet50", kF32, x, off, RatioK(len, 0.01), 50, stream);
+    });
+  }
   cudaStreamDestroy(stream);
   std::printf("%d passed, %d failed\n", passed, failed);
   return failed == 0 ? 0 : 1;
