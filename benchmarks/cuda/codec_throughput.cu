@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "benchmarks/cuda/bench_util.h"
 #include "kernels/bloom/bloom.h"
 #include "kernels/bloom/bloom_gpu.h"
 #include "kernels/common/bit_io.h"
@@ -51,87 +52,7 @@ namespace vg = deepreduce::value::gpu;
 namespace dv = deepreduce::value;
 namespace golomb = deepreduce::index::golomb;
 
-struct Error : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-void Cuda(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw Error(std::string(what) + ": " + cudaGetErrorString(e));
-}
-template <typename S>
-void Launch(const S& s) {
-  if (!s.ok()) throw Error(std::string(s.step) + ": " + cudaGetErrorString(static_cast<cudaError_t>(s.cuda_error)));
-}
-void Expect(bool ok, const std::string& what) {
-  if (!ok) throw Error(what);
-}
-
-struct Buf {
-  void* p = nullptr;
-  size_t bytes = 0;
-  explicit Buf(size_t b) : bytes(b) { Cuda(cudaMalloc(&p, b > 0 ? b : 1), "cudaMalloc"); }
-  ~Buf() { cudaFree(p); }
-  Buf(const Buf&) = delete;
-  Buf& operator=(const Buf&) = delete;
-  template <typename T>
-  T* as() const { return static_cast<T*>(p); }
-};
-
-template <typename T>
-std::vector<T> Download(const void* d, size_t count) {
-  std::vector<T> h(count);
-  if (count > 0) Cuda(cudaMemcpy(h.data(), d, count * sizeof(T), cudaMemcpyDeviceToHost), "download");
-  return h;
-}
-
-cudaStream_t g_stream;
-int g_reps = 20;
-
-struct Timing {
-  double median_ms, min_ms;
-};
-
-// Median and min of g_reps runs of fn (after 3 warm-ups), each followed by a
-// stream synchronize.
-Timing Time(const std::function<void()>& fn) {
-  for (int i = 0; i < 3; ++i) {
-    fn();
-    Cuda(cudaStreamSynchronize(g_stream), "sync");
-  }
-  std::vector<double> ms;
-  for (int i = 0; i < g_reps; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    fn();
-    Cuda(cudaStreamSynchronize(g_stream), "sync");
-    const auto t1 = std::chrono::steady_clock::now();
-    ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
-  }
-  std::sort(ms.begin(), ms.end());
-  return {ms[ms.size() / 2], ms.front()};
-}
-
-void Row(const char* step, const char* reads, double bytes_read, const Timing& t,
-         const std::string& note = "") {
-  std::printf("| %-34s | %-22s | %9.3f | %9.3f | %8.1f | %s\n", step, reads, t.median_ms,
-              t.min_ms, bytes_read / (t.median_ms * 1e-3) / 1e9, note.c_str());
-  std::fflush(stdout);
-}
-
-void Failed(const char* step, const std::exception& e) {
-  std::printf("| %-34s | FAILED: %s\n", step, e.what());
-  std::fflush(stdout);
-}
-
-// Runs one benchmark section; a failure is reported and the others go on.
-int g_failures = 0;
-void Section(const char* name, const std::function<void()>& body) {
-  try {
-    body();
-  } catch (const std::exception& e) {
-    Failed(name, e);
-    ++g_failures;
-  }
-}
+using namespace deepreduce_bench;  // Error, Cuda, Launch, Buf, Time, Row, Section
 
 }  // namespace
 
@@ -175,11 +96,7 @@ int main(int argc, char** argv) {
               "(ratio %g), int32 indices; median and min of %d runs\n",
               prop.name, prop.multiProcessorCount, CUDART_VERSION, static_cast<long long>(n),
               static_cast<long long>(k), ratio, g_reps);
-  std::printf("| %-34s | %-22s | %9s | %9s | %8s | %s\n", "step", "reads", "median ms",
-              "min ms", "GB/s", "check");
-  std::printf("|%s|%s|%s|%s|%s|%s\n", std::string(36, '-').c_str(), std::string(24, '-').c_str(),
-              std::string(10, '-').append(":").c_str(), std::string(10, '-').append(":").c_str(),
-              std::string(9, '-').append(":").c_str(), "---");
+  TableHeader();
 
   Buf d_x(4 * n), d_copy(4 * n);
   Cuda(cudaMemcpy(d_x.p, x.data(), 4 * n, cudaMemcpyHostToDevice), "upload");

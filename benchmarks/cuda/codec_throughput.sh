@@ -8,19 +8,10 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 run=1
 if [ "${1:-}" = "--no-run" ]; then run=0; shift; fi
-NVCC="${CUDA_HOME:-/usr/local/cuda}/bin/nvcc"
-[ -x "$NVCC" ] || NVCC="$(command -v nvcc || true)"
-if [ -z "$NVCC" ]; then echo "nvcc not found; set CUDA_HOME" >&2; exit 1; fi
-GENCODE=()
-last=""
-for a in $(echo "${DEEPREDUCE_TF_CUDA_ARCHS:-90}" | tr ',' ' '); do
-  GENCODE+=("-gencode=arch=compute_${a},code=sm_${a}")
-  last="$a"
-done
-GENCODE+=("-gencode=arch=compute_${last},code=compute_${last}")
+. benchmarks/cuda/bench_env.sh
 mkdir -p build/cuda_bench
 exe=build/cuda_bench/codec_throughput
-if [ ! -x "$exe" ] || [ -n "$(find benchmarks/cuda kernels -newer "$exe" \( -name '*.cu' -o -name '*.h' \) | head -1)" ]; then
+if bench_stale "$exe"; then
   "$NVCC" -std=c++17 -O2 -I. --expt-relaxed-constexpr "${GENCODE[@]}" \
     benchmarks/cuda/codec_throughput.cu kernels/bloom/bloom_kernels.cu \
     kernels/index/index_kernels.cu kernels/sparsify/sparsify_kernels.cu \
