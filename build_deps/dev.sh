@@ -5,6 +5,10 @@
 #   bash build_deps/dev.sh bench  [bench args]    # the main benchmark: deepreduce-bench
 #     (default: uncompressed vs compressed training of ResNet-20 on Fashion-MNIST)
 #   bash build_deps/dev.sh setup                  # install only
+# The setup also gets Fashion-MNIST (the main job's data, and the real-data
+# tests'): the Debian package dataset-fashion-mnist where apt-get and root are
+# available, else Keras's download into ~/.keras/datasets; one [setup] line
+# says which (build_deps/get_fashion_mnist.py).
 # DEEPREDUCE_TF_CUDA=1 builds the CUDA kernels too. Safe to run repeatedly: a
 # stage whose inputs did not change since it last succeeded is skipped
 # (digests in .venv/.deepreduce-*, computed by build_deps/setup_state.py).
@@ -58,6 +62,7 @@ else
     --no-deps --force-reinstall .
   echo "$pkg" >.venv/.deepreduce-package
 fi
+say "$(.venv/bin/python build_deps/get_fashion_mnist.py --log "$log" 2>>"$log")"
 say "ready in $((SECONDS - t0)) s"
 case "$job" in
   test)  exec .venv/bin/pytest -p no:cacheprovider tests "$@" ;;
