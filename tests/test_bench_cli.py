@@ -3,7 +3,8 @@
 The runs are subprocesses started like the console script (the current
 directory is dropped from sys.path, so the installed package is used even
 from the repository root), on tiny settings: a few steps of batch 4-64 on
-synthetic data. Each has a bounded timeout; its whole process group (the
+synthetic data, or on a small Fashion-MNIST look-alike (fake_fashion_mnist:
+the same files, a few images). Each has a bounded timeout; its whole process group (the
 local workers too) is killed if it expires. They run without
 TF_CPP_MIN_LOG_LEVEL, so they also check that the command's own quiet
 default hides TensorFlow's log lines.
@@ -21,11 +22,13 @@ import tensorflow as tf
 from absl import flags as absl_flags
 
 import deepreduce_tf
+from deepreduce_tf import data as dr_data
 from deepreduce_tf import models
 from deepreduce_tf.benchmark import cli
 from deepreduce_tf.benchmark import flags as bench_flags
 from deepreduce_tf.benchmark import report
 from deepreduce_tf.benchmark.runner import CHILD_BOOTSTRAP
+from test_data import write_fake_dataset
 
 RUN_TIMEOUT = 600
 TINY = ["--num_batches=2", "--num_warmup_batches=1", "--codec_repeats=1", "--display_every=1"]
@@ -41,6 +44,17 @@ NO_TF_PROBE = ("import atexit, os, sys; sys.path.pop(0); "
                "from deepreduce_tf.benchmark.cli import main; main()")
 PLOT_BOOTSTRAP = ("import sys; sys.path.pop(0); "
                   "from deepreduce_tf.benchmark.cli import plot_main; plot_main()")
+MAX_HELP_LINES = 150
+
+
+@pytest.fixture
+def fake_fashion_mnist(tmp_path):
+    """The environment of a run whose default data is a 64 + 64-image
+    Fashion-MNIST look-alike (the files and format of the real one)."""
+    directory = tmp_path / "fashion-mnist"
+    directory.mkdir()
+    write_fake_dataset(directory, n_train=64, n_test=64)
+    return {dr_data.ENV_VAR: str(directory)}
 
 
 def bench(args, cwd, timeout=RUN_TIMEOUT, env=None, code=CHILD_BOOTSTRAP):
@@ -103,21 +117,22 @@ def test_bad_flags_rejected(args, message):
     assert message in str(e.value)
 
 
-def test_missing_real_data_names_fetch_command(tmp_path):
+def test_missing_real_data_says_how_to_get_it(tmp_path):
     with pytest.raises(bench_flags.ConfigError, match="deepreduce-bench --fetch_data"):
-        resolve(["--model=ncf", "--data_name=movielens", f"--data_dir={tmp_path}"])
-    with pytest.raises(bench_flags.ConfigError, match="dataset-fashion-mnist"):
-        resolve(["--data_name=fashion_mnist", f"--data_dir={tmp_path}"])
+        bench_flags.check_data("ncf", "movielens", str(tmp_path))
+    with pytest.raises(bench_flags.ConfigError) as e:
+        bench_flags.check_data("resnet20", "fashion_mnist", str(tmp_path))
+    for hint in (f"searched: {tmp_path}", "apt-get install -y dataset-fashion-mnist",
+                 "deepreduce-bench --fetch_data", "~/.keras", "--data_name=synthetic"):
+        assert hint in str(e.value).replace(os.path.expanduser("~"), "~"), hint
+    bench_flags.check_data("resnet20", "synthetic", str(tmp_path))  # nothing to find
 
 
 def test_defaults_are_the_readme_configuration():
-    from deepreduce_tf import data as dr_data
-
     config = resolve([])
-    # Real data when installed (else synthetic with a notice: test_bench_compare.py).
-    images = "fashion_mnist" if dr_data.find_fashion_mnist() else "synthetic"
+    # Fashion-MNIST, installed or not: a run without it stops (test_bench_compare.py).
     assert (config.model, config.data_name, config.variable_update, config.num_gpus) == (
-        "resnet20", images, "replicated", 2)
+        "resnet20", "fashion_mnist", "replicated", 2)
     assert config.params == {"compressor": "topk", "compress_ratio": 0.01,
                              "communicator": "allgather", "deepreduce": "both",
                              "index": "bloom", "policy": "conflict_sets", "value": "polyfit",
@@ -186,13 +201,16 @@ def test_broken_op_library_is_one_error_before_training(tmp_path, workers):
     lib.write_bytes(b"")  # exists, is not a library
     # Its build record names the running TensorFlow, so the loader gets as far as loading it.
     (tmp_path / "_deepreduce_ops.json").write_text(json.dumps({"tf_version": tf.__version__}))
-    code, out, err = bench(TINY + DETERMINISTIC + workers + ["--output_json=r.json"], tmp_path,
-                           timeout=120, env={"DEEPREDUCE_TF_OPS_LIB": str(lib)})
+    # The data are missing too: the op library's error still comes first, and alone.
+    code, out, err = bench(TINY + DETERMINISTIC + workers + [
+        "--output_json=r.json", f"--data_dir={tmp_path / 'no-data'}"], tmp_path,
+        timeout=120, env={"DEEPREDUCE_TF_OPS_LIB": str(lib)})
     assert code == 1
     assert "Traceback" not in err and "train [" not in err and "launching" not in err
     assert err.startswith("deepreduce-bench: error: deepreduce_tf could not load its op library")
     assert err.count("could not load its op library") == 1
     assert f"{lib}: load failed" in err
+    assert "Fashion-MNIST" not in err
     assert not (tmp_path / "r.json").exists()
 
 
@@ -200,17 +218,44 @@ def test_broken_op_library_is_one_error_before_training(tmp_path, workers):
 def test_help_lists_this_commands_flags(tmp_path, flag):
     code, out, err = bench([flag], tmp_path, timeout=120)
     assert code == 0, err[-3000:]
+    lines = out.splitlines()
+    assert len(lines) <= MAX_HELP_LINES, f"--help prints {len(lines)} lines"
     for name in ("model", "batch_size", "num_batches", "num_epochs", "data_name", "data_dir",
                  "optimizer", "init_learning_rate", "variable_update", "num_gpus",
                  "worker_hosts", "task_index", "train_dir", "eval", "compressor",
                  "compress_ratio", "memory", "communicator", "deepreduce", "index", "value",
-                 "fpr", "policy", "num_workers", "fetch_data", "output_json", "plot",
-                 "verbose"):
+                 "num_workers", "fetch_data", "output_json", "plot", "verbose", "compare",
+                 "exchange", "warmup", "clip_norm"):
         assert f"--{name}:" in out or f"--[no]{name}:" in out, name
+    # Codec and communicator parameters: one line of names and defaults per owner.
+    assert "  bloom: --fpr=0.001 --policy=conflict_sets --policy_seed=0" in lines
+    assert "  qsgd: --bits --bucket_size=512 --quantum_num" in lines
+    assert "--lgc_warmup_steps=100" in out
     # Only this command's flags: none of TensorFlow's or absl's (TPU, tensor tracer, logging).
     assert "--tpu" not in out and "tensor_tracer" not in out and "--logtostderr" not in out
-    assert out.index("model and data:") < out.index("--model:") < out.index("codec parameters:")
+    # tf_cnn_benchmarks' vocabulary first, DeepReduce's after it; no flag left over.
+    titles = [line[:-1] for before, line in zip(lines, lines[1:])
+              if not before and line.endswith(":") and not line[0].isspace()]
+    assert titles == ["model and data", "training", "replicas and workers",
+                      "evaluation, results and output",
+                      "gradient exchange and compression (DeepReduce)",
+                      cli.CODEC_HELP_TITLE]
+    assert out.index("model and data:") < out.index("--model:")
     assert err == ""
+
+
+def test_docs_list_every_codec_parameter():
+    """--help names the codec and communicator parameters; docs/cli.md's table
+    says what each is (its range and default too)."""
+    fv = absl_flags.FlagValues()
+    bench_flags.define_flags(fv)
+    with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                           "docs", "cli.md"), encoding="utf-8") as f:
+        section = f.read().split("## Codec parameters", 1)[1].split("\n## ", 1)[0]
+    rows = {line.split("`")[1] for line in section.splitlines() if line.startswith("| `--")}
+    params = {f"--{n}" for n in bench_flags.own_flag_names(fv)
+              if getattr(fv[n], "deepreduce_owners", None)}
+    assert params and rows == params
 
 
 def test_plot_help_lists_its_flags(tmp_path):
@@ -285,9 +330,10 @@ def _check_results(results, model, replicas, workers):
     assert results["history"][-1]["sent_bytes"] == m["total_sent_bytes"]
 
 
-def test_resnet20_two_replicas_bytes_match_the_compressor(tmp_path):
+def test_resnet20_two_replicas_bytes_match_the_compressor(tmp_path, fake_fashion_mnist):
     code, out, err = bench(TINY + DETERMINISTIC + [
-        "--batch_size=4", "--eval", "--num_eval_examples=40", "--train_dir=run"], tmp_path)
+        "--batch_size=4", "--eval", "--num_eval_examples=40", "--train_dir=run"], tmp_path,
+        env=fake_fashion_mnist)
     assert code == 0, err[-3000:]
     assert "deepreduce-bench summary" in out
     for label in ("sent bytes per step per replica", "dense bytes per step per replica",
@@ -300,6 +346,7 @@ def test_resnet20_two_replicas_bytes_match_the_compressor(tmp_path):
         assert noise not in out + err, noise
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     _check_results(results, "resnet20", replicas=2, workers=1)
+    assert results["data_source"] == f"fashion-mnist:{fake_fashion_mnist[dr_data.ENV_VAR]}"
     # The summary's loss is the mean of the recorded window, and says so.
     window = results["config"]["loss_window"]
     label = "the last step" if window == 1 else f"mean of the last {window} steps"

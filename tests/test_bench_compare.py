@@ -1,6 +1,7 @@
 """deepreduce-bench comparisons: the default run (uncompressed vs the recommended
-compressed configuration), --compare presets, --exchange=tf, the synthetic-data
-fall-back, the comparison table and plot.
+compressed configuration), --compare presets, --exchange=tf, missing data (one
+error before training; synthetic images only when asked for), the comparison
+table and plot.
 
 End-to-end runs are subprocesses started like the console script, on tiny
 settings (batch 4, 1 + 2 steps, 20 test images); the rest runs in process.
@@ -17,7 +18,7 @@ from deepreduce_tf import data, models
 from deepreduce_tf.benchmark import compare
 from deepreduce_tf.benchmark import flags as bench_flags
 from deepreduce_tf.benchmark import report
-from test_bench_cli import bench
+from test_bench_cli import bench, fake_fashion_mnist  # noqa: F401 (a fixture)
 
 TINY = ["--num_batches=2", "--num_warmup_batches=1", "--batch_size=4", "--num_eval_examples=20",
         "--eval_every=1", "--display_every=1"]
@@ -58,8 +59,7 @@ def test_no_compression_flag_is_the_default_comparison():
     assert config.train_dir == "deepreduce_bench"
     assert config.output_json == os.path.join("deepreduce_bench", "compare.json")
     assert config.plot == os.path.join("deepreduce_bench", "compare.png")
-    expected = "fashion_mnist" if data.find_fashion_mnist() else "synthetic"
-    assert config.data_name == expected
+    assert config.data_name == "fashion_mnist"  # installed or not (missing: it stops)
     # Settings that are not compression flags keep the comparison.
     assert resolve(["--seed=3", "--num_batches=7"]).compare == config.compare
     # Without momentum SGD (ncf's Adam, or asked for) DGC's momentum correction does not
@@ -134,15 +134,12 @@ def test_every_preset_is_a_valid_single_run():
     assert resolve(compare.preset_args("uncompressed", fv)).exchange == "tf"
 
 
-def test_missing_fashion_mnist_falls_back_to_synthetic_with_a_notice(tmp_path):
-    config = resolve([f"--data_dir={tmp_path}"])
-    assert config.data_name == "synthetic"
-    assert "SYNTHETIC" in config.data_notice and str(tmp_path) in config.data_notice
-    # Asked for by name, missing real data is still an error.
+def test_synthetic_images_only_when_asked_for(tmp_path):
+    config = resolve([f"--data_dir={tmp_path}"])  # an empty directory
+    assert config.data_name == "fashion_mnist"
     with pytest.raises(bench_flags.ConfigError, match="dataset-fashion-mnist"):
-        resolve(["--data_name=fashion_mnist", f"--data_dir={tmp_path}"])
-    # Asked for synthetic data: no notice.
-    assert resolve(["--data_name=synthetic"]).data_notice is None
+        bench_flags.check_data(config.model, config.data_name, config.data_dir)
+    assert resolve(["--data_name=synthetic"]).data_name == "synthetic"
 
 
 # ---------------------------------------------------------------------------
@@ -158,8 +155,8 @@ def test_unknown_preset_is_one_usage_line(tmp_path):
     assert not (tmp_path / "deepreduce_bench").exists()
 
 
-def test_default_comparison_end_to_end(tmp_path):
-    code, out, err = bench(TINY, tmp_path)
+def test_default_comparison_end_to_end(tmp_path, fake_fashion_mnist):
+    code, out, err = bench(TINY, tmp_path, env=fake_fashion_mnist)
     assert code == 0, err[-3000:]
     out_dir = tmp_path / "deepreduce_bench"
     combined = json.loads((out_dir / "compare.json").read_text())
@@ -168,9 +165,7 @@ def test_default_comparison_end_to_end(tmp_path):
     assert combined["settings"]["timed_steps"] == 2 and combined["settings"]["seed"] == 0
     assert combined["table"] in out
     assert "[1/2] uncompressed:" in err and "[2/2] golomb_qsgd_dgc:" in err
-    real = data.find_fashion_mnist() is not None
-    assert combined["data_source"].startswith("fashion-mnist:" if real else "synthetic")
-    assert (combined["data_notice"] is None) == real
+    assert combined["data_source"] == f"fashion-mnist:{fake_fashion_mnist[data.ENV_VAR]}"
 
     runs = {}
     for entry in combined["runs"]:
@@ -212,18 +207,20 @@ def test_default_comparison_end_to_end(tmp_path):
     assert combined["plot"] == str(out_dir / "compare.png") and width > 400 and height > 200
 
 
-def test_missing_data_single_run_says_so_loudly(tmp_path):
+@pytest.mark.parametrize("mode", [[], ["--compressor=topk"], ["--compressor=topk",
+                                                                  "--num_workers=2"]],
+                         ids=["comparison", "one-run", "two-workers"])
+def test_missing_data_is_one_error_before_training(tmp_path, mode):
     empty = tmp_path / "empty"
     empty.mkdir()
-    code, out, err = bench(TINY + ["--codec_repeats=0", "--compressor=topk", "--deepreduce=none",
-                                   f"--data_dir={empty}", "--output_json=r.json"], tmp_path)
-    assert code == 0, err[-3000:]
-    for stream in (out, err):  # at the start (stderr) and below the summary (stdout)
-        assert "WARNING: SYNTHETIC DATA" in stream and str(empty) in stream
-    assert "deepreduce-bench summary" in out
-    results = json.loads((tmp_path / "r.json").read_text())
-    assert results["data_source"] == "synthetic"
-    assert not (tmp_path / "deepreduce_bench").exists()  # one run, not a comparison
+    code, out, err = bench(TINY + mode + [f"--data_dir={empty}", "--output_json=r.json"],
+                           tmp_path, timeout=120)
+    assert code == 1 and out == ""
+    assert err.startswith(f"deepreduce-bench: error: Fashion-MNIST was not found (searched: "
+                          f"{empty}). Get it with `apt-get install -y dataset-fashion-mnist`")
+    assert len(err.strip().splitlines()) == 1 and "--data_name=synthetic" in err
+    assert "train [" not in err and "launching" not in err and "comparing" not in err
+    assert not (tmp_path / "r.json").exists() and not (tmp_path / "deepreduce_bench").exists()
 
 
 # ---------------------------------------------------------------------------
@@ -257,12 +254,12 @@ def test_compare_table_ratios_and_accuracy_notes():
     assert [round(r["metric_delta_points"], 6) for r in rows] == [0.0, -5.0, -0.5]
     # Two standard errors of 0.85 on 2,000 images: 1.6 points.
     assert rows[1]["gap_points"] == pytest.approx(200 * (0.85 * 0.15 / 2000) ** 0.5)
-    table = report.compare_table(runs, data_notice="Fashion-MNIST was not found.")
+    table = report.compare_table(runs)
     assert "1,000*" in table and "25.0x" in table and "50.0x" in table and "1.50x" in table
     assert "-5.0 pts" in table and "-0.5 pts" in table
     assert "NOTE: topk ends 5.0 points of test accuracy below uncompressed" in table
     assert "golomb_qsgd ends within 1.6 points of uncompressed" in table
-    assert "WARNING: SYNTHETIC DATA" in table and "Fashion-MNIST was not found." in table
+    assert "SYNTHETIC" not in table
 
 
 def test_plots_are_pngs_with_points(tmp_path):

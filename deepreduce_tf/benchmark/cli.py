@@ -7,9 +7,11 @@
 
 Every flag is checked before any work, in two rounds: the flags that need no
 TensorFlow (flags.check_flags) before TensorFlow is even imported, then the
-codec flags and the compression dict (flags.resolve), then the op library is
-loaded. A bad value or combination, or a missing op library, is one error
-line on stderr and exit code 1, without a traceback.
+codec flags and the compression dict (flags.resolve); then the op library is
+loaded, and then the data are looked for (flags.check_data), so that a broken
+op library is the first error. A bad value or combination, a missing op
+library or missing data is one error line on stderr and exit code 1, without
+a traceback; nothing has trained by then.
 
 TensorFlow's own log lines (the C++ notices it prints while loading, INFO
 lines such as the strategy's device list) are hidden unless --verbose.
@@ -31,23 +33,27 @@ from deepreduce_tf.benchmark import report
 FLAGS = absl_flags.FLAGS
 HELP_ARGS = ("-h", "-?", "--help", "-help", "--helpshort", "-helpshort", "--helpfull",
              "-helpfull")
-# The --help groups of deepreduce-bench; a flag in none of them is listed under
-# "codec parameters" when it derives from the codec registry, else "other".
+# The --help groups of deepreduce-bench: tf_cnn_benchmarks' vocabulary first
+# (model and data, training, distribution, evaluation and output), then
+# DeepReduce's. A flag in none of them is listed under "codec parameters" when
+# it derives from the codec registry (one line per codec, names and defaults:
+# docs/cli.md has their meanings and ranges), else under "other".
 HELP_GROUPS = (
     ("model and data", ("model", "data_name", "data_dir", "image_size", "fetch_data")),
     ("training", ("batch_size", "num_batches", "num_epochs", "num_warmup_batches", "optimizer",
                   "init_learning_rate", "lr_schedule", "momentum", "weight_decay",
                   "seed")),
-    ("replicas and workers", ("variable_update", "num_gpus", "num_workers", "worker_hosts",
-                              "task_index", "worker_timeout")),
-    ("gradient exchange and compression", (
-        "exchange", "compressor", "compress_ratio", "threshold", "topk_scope", "topk_skip_zeros",
-        "memory", "communicator", "bucket_cap_mb", "deepreduce", "index", "value", "min_size")),
-    ("comparison", ("compare",)),
+    ("replicas and workers", ("variable_update", "num_gpus", "worker_hosts", "task_index",
+                              "num_workers", "worker_timeout")),
     ("evaluation, results and output", (
         "eval", "num_eval_examples", "eval_every", "display_every", "train_dir", "output_json",
-        "codec_repeats", "plot", "plot_compare", "verbose")),
+        "plot", "plot_compare", "verbose")),
+    ("gradient exchange and compression (DeepReduce)", (
+        "compare", "exchange", "compressor", "compress_ratio", "threshold", "topk_scope",
+        "topk_skip_zeros", "memory", "warmup_steps", "warmup", "clip_norm", "communicator",
+        "bucket_cap_mb", "deepreduce", "index", "value", "min_size", "codec_repeats")),
 )
+CODEC_HELP_TITLE = "codec and communicator parameters, defaults (docs/cli.md#codec-parameters)"
 # What TensorFlow prints on stderr while it loads, below TF_CPP_MIN_LOG_LEVEL's
 # reach: absl-format INFO / WARNING lines (the oneDNN notice, cpu_feature_guard),
 # absl's note that logging is not initialised yet, and cpu_feature_guard's
@@ -143,7 +149,7 @@ def _precheck(argv):
     try:
         fv(list(argv), known_only=True)  # the codec flags are checked by resolve()
         if not _only_fetch(fv):
-            bench_flags.check_flags(fv, check_files=not fv.fetch_data)
+            bench_flags.check_flags(fv)  # the data: after the op library (_bench)
     except (absl_flags.Error, bench_flags.ConfigError) as e:
         hint = " (deepreduce-bench --help lists the flags)" if isinstance(
             e, absl_flags.Error) else ""
@@ -160,26 +166,42 @@ def _only_fetch(fv):
 
 def help_text(fv, usage, groups=HELP_GROUPS, module_names=None):
     """The --help text: the flags of `module_names` (default: deepreduce-bench's)
-    in `groups`, the rest under "codec parameters" (registry flags) or "other"."""
+    in `groups`; the rest as "codec parameters" (registry flags: one line of
+    names and defaults per codec) or under "other"."""
     names = sorted(module_names if module_names is not None
                    else bench_flags.own_flag_names(fv))
     listed = set()
-    sections = []
+    out = [usage]
     for title, members in groups:
         chosen = [n for n in members if n in names]
         listed.update(chosen)
-        sections.append((title, chosen))
-    rest = [n for n in names if n not in listed]
-    sections.append(("codec parameters",
-                     [n for n in rest if getattr(fv[n], "deepreduce_param", None)]))
-    sections.append(("other", [n for n in rest if not getattr(fv[n], "deepreduce_param",
-                                                              None)]))
-    out = [usage]
-    for title, members in sections:
-        if members:
+        if chosen:
             out.append(f"\n{title}:")
-            out += [_flag_help(fv[n]) for n in members]
+            out += [_flag_help(fv[n]) for n in chosen]
+    rest = [n for n in names if n not in listed]
+    codec = [n for n in rest if getattr(fv[n], "deepreduce_param", None)]
+    if codec:
+        out.append(f"\n{CODEC_HELP_TITLE}:")
+        out += _codec_param_lines(fv, codec)
+    other = [n for n in rest if n not in codec]
+    if other:
+        out.append("\nother:")
+        out += [_flag_help(fv[n]) for n in other]
     return "\n".join(out) + "\n"
+
+
+def _codec_param_lines(fv, names):
+    """'  owner: --name=default --name ...' lines, one per owner (codec or
+    communicator), in the order the owners first appear in sorted names."""
+    by_owner = {}
+    for name in names:
+        owner = getattr(fv[name], "deepreduce_owners", None) or "any codec"
+        default = fv[name].deepreduce_param.default  # the flag's own is None: unset
+        by_owner.setdefault(owner, []).append(
+            f"--{name}" if default is None else f"--{name}={default}")
+    return [textwrap.fill(f"{owner}: {' '.join(flags)}", width=88, initial_indent="  ",
+                          subsequent_indent="      ", break_on_hyphens=False)
+            for owner, flags in by_owner.items()]
 
 
 def _flag_help(flag):
@@ -219,9 +241,9 @@ def _bench(argv):
     if not FLAGS.verbose:
         _quiet_python_logs()
     if FLAGS.fetch_data:
-        _fetch(FLAGS.data_dir)
+        found = _fetch(FLAGS.data_dir)
         if _only_fetch(FLAGS):
-            return 0
+            return 0 if all(found.values()) else 1
     import deepreduce_tf
 
     from deepreduce_tf.benchmark import runner
@@ -231,8 +253,9 @@ def _bench(argv):
         if config.compare or config.num_workers > 1:
             # These parents train nothing: one error here, not one per child.
             # A training process loads it in make_strategy, once its devices
-            # are set up.
+            # are set up, and then checks the data (runner.run).
             runner.check_op_library()
+            bench_flags.check_data(config.model, config.data_name, config.data_dir)
     except bench_flags.ConfigError as e:
         raise app.UsageError(str(e)) from e
     except deepreduce_tf.OpLibraryError as e:
@@ -257,11 +280,9 @@ def _bench(argv):
             _plot([results_path] + config.plot_compare, config.plot)
         return 0
 
-    if config.data_notice:
-        print(report.notice_banner(config.data_notice), file=sys.stderr, flush=True)
     try:
         results = runner.run(config)
-    except deepreduce_tf.OpLibraryError as e:
+    except (deepreduce_tf.OpLibraryError, bench_flags.ConfigError) as e:
         return _error(e)
     except runner.PeerFailure as e:  # another worker failed: one line, no traceback
         return e.announce(sys.stderr, FLAGS.verbose)
@@ -269,8 +290,6 @@ def _bench(argv):
         return 0
     path = report.write_json(results, config.output_json)
     print(report.summary_table(results))
-    if config.data_notice:
-        print(report.notice_banner(config.data_notice))
     print(f"results: {path}")
     if config.plot:
         _plot([path] + config.plot_compare, config.plot)

@@ -96,11 +96,6 @@ def names_text():
     return ", ".join(PRESETS)
 
 
-def presets_help():
-    """'name: description' of every preset, for --helpfull."""
-    return "; ".join(f"{p.name}: {p.description}" for p in PRESETS.values())
-
-
 def preset_args(name, fv):
     """The compression flags of preset `name` (always with an explicit --exchange,
     so the child runs that one configuration)."""
@@ -218,8 +213,6 @@ def run_comparison(config, fv, stream=sys.stderr, out=sys.stdout):
     """
     out_dir = os.path.abspath(config.train_dir)
     os.makedirs(out_dir, exist_ok=True)
-    if config.data_notice and stream is not None:
-        print(report.notice_banner(config.data_notice), file=stream, flush=True)
     common = shared_args(config, fv)
     steps = (f"{config.num_batches} steps" if config.num_epochs is None
              else f"{config.num_epochs:g} epoch(s)")
@@ -252,7 +245,7 @@ def run_comparison(config, fv, stream=sys.stderr, out=sys.stdout):
 
 def _finish(config, runs, out):
     pairs = [(r["preset"], r["results"]) for r in runs]
-    table = report.compare_table(pairs, data_notice=config.data_notice, descriptions={
+    table = report.compare_table(pairs, descriptions={
         r["preset"]: r["description"] for r in runs})
     plot_path, plot_error = None, None
     try:
@@ -260,7 +253,7 @@ def _finish(config, runs, out):
     except (ImportError, ValueError) as e:
         plot_error = str(e)
     combined = report.comparison_record(
-        pairs, table=table, plot=plot_path, data_notice=config.data_notice,
+        pairs, table=table, plot=plot_path,
         runs_meta=[{k: v for k, v in r.items() if k != "results"} for r in runs])
     path = report.write_json(combined, config.output_json)
     if out is not None:

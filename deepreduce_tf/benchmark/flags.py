@@ -17,7 +17,9 @@ define_flags() registers them (once per FlagValues); resolve() turns parsed
 flags into a RunConfig and the from_params() dict, raising ConfigError with a
 message that names the flag and the valid choices. resolve() builds one
 Compressor with from_params() to reject inconsistent combinations, but never
-builds a model or touches data beyond checking that requested real data exist.
+builds a model or touches data; check_data() checks that the data of a
+RunConfig exist (deepreduce-bench calls it once the op library has loaded, so
+that a broken library is the first error, and before any training).
 
 Importing this module does not import TensorFlow; neither do
 define_flags(fv, codecs=False) and check_flags(), the part of resolve() that
@@ -130,6 +132,7 @@ def _define_param_flag(param, fv, owners=None):
         param.flag_type, flags.DEFINE_string)
     define(param.key, param.flag_default, helptext, flag_values=fv)
     fv[param.key].deepreduce_param = param  # what compression_params() reads
+    fv[param.key].deepreduce_owners = owners  # the codecs / communicators it configures
 
 
 def _param_flags(fv):
@@ -152,8 +155,8 @@ RunConfig = collections.namedtuple("RunConfig", [
     "image_size", "variable_update", "num_gpus", "num_workers", "worker_hosts", "task_index",
     "train_dir", "output_json", "eval", "num_eval_examples", "display_every", "seed",
     "codec_repeats", "worker_timeout", "plot", "plot_compare", "params", "flags",
-    "compare", "exchange", "eval_every", "data_notice", "lr_schedule"],
-    defaults=((), "deepreduce", None, None, "constant"))
+    "compare", "exchange", "eval_every", "lr_schedule"],
+    defaults=((), "deepreduce", None, "constant"))
 RunConfig.__doc__ = """Everything a run needs, resolved from the flags.
 
 model, data_name: canonical names; batch_size: per replica; num_batches:
@@ -162,9 +165,7 @@ timed steps (after num_warmup_batches); worker_hosts: list of "host:port"
 every deepreduce-bench flag, for the JSON record. compare: the presets of a
 comparison (empty: one run); exchange: "deepreduce" or "tf"; eval_every:
 steps between test evaluations (None: about EVAL_POINTS per run, 0: only at
-the end); display_every: None picks it from the step count (runner);
-data_notice: why the images are synthetic although no one asked for them
-(None when they were asked for, or are real)."""
+the end); display_every: None picks it from the step count (runner)."""
 
 
 def define_flags(flag_values=flags.FLAGS, codecs=True):
@@ -226,15 +227,14 @@ def _define_general_flags(fv):
                          "Steps run (and trained) before timing starts; the first one traces "
                          "the graph.", flag_values=fv)
     flags.DEFINE_string("data_name", None,
-                        f"Dataset: {', '.join(DATA_NAMES)}. Default: synthetic without "
-                        "--data_dir (as tf_cnn_benchmarks), else fashion_mnist for the image "
-                        "models and movielens for ncf. Real data is never replaced by "
-                        f"synthetic data; fetch it with `{FETCH_COMMAND}`.", flag_values=fv)
+                        f"Dataset: {', '.join(DATA_NAMES)}. Default: fashion_mnist for the "
+                        "image models (if it is missing, the run stops and says how to get "
+                        "it); ncf: movielens with --data_dir, else synthetic.", flag_values=fv)
     flags.DEFINE_string("data_dir", None,
-                        "fashion_mnist: directory of the IDX files (default "
-                        "$DEEPREDUCE_TF_FASHION_MNIST, then /usr/share/datasets/fashion-mnist); "
-                        "movielens: cache root of --fetch_data (default $DEEPREDUCE_TF_DATA, then "
-                        "~/.cache/deepreduce_tf).", flag_values=fv)
+                        "Fashion-MNIST's IDX files (default: $DEEPREDUCE_TF_FASHION_MNIST, "
+                        "/usr/share/datasets/fashion-mnist, ~/.keras/datasets/fashion-mnist) "
+                        "or MovieLens' cache root (default ~/.cache/deepreduce_tf).",
+                        flag_values=fv)
     flags.DEFINE_integer("image_size", 32,
                          "Image side of the image models (Fashion-MNIST 28x28 is padded, and "
                          "upsampled by an integer factor first when size >= 56). 224 is "
@@ -295,7 +295,7 @@ def _define_general_flags(fv):
                         "optimizer becomes plain SGD).", flag_values=fv)
     flags.DEFINE_integer("warmup_steps", None,
                          "Compression warm-up: the first N steps are sent dense (--warmup=dense) or with "
-                         "top-k density falling from 25 %% to --compress_ratio "
+                         "top-k density falling from 25 % to --compress_ratio "
                          "(--warmup=exponential, DGC's).", flag_values=fv)
     flags.DEFINE_string("warmup", None, "dense | exponential (default dense).", flag_values=fv)
     flags.DEFINE_float("clip_norm", None,
@@ -337,47 +337,31 @@ def _define_general_flags(fv):
     flags.DEFINE_list("plot_compare", [], "Results JSON files of earlier runs for --plot.",
                       flag_values=fv)
     flags.DEFINE_bool("fetch_data", False,
-                      "Fetch MovieLens-100K into the cache (from the recbole wheel on PyPI) and "
-                      "report where Fashion-MNIST is (or how to install it); alone, does only "
-                      "that.", flag_values=fv)
+                      "Download what is missing: Fashion-MNIST with Keras (into "
+                      "~/.keras/datasets), MovieLens-100K (from the recbole wheel on PyPI); "
+                      "alone, does only that.", flag_values=fv)
     # --- comparisons (deepreduce_tf.benchmark.compare)
     from deepreduce_tf.benchmark import compare
 
     flags.DEFINE_list("compare", None,
-                      "Train these configurations one after another (a fresh process each, "
-                      "same seed, data order and steps) and print one table and one plot: "
-                      "comma-separated presets of: " + compare.presets_help() + ". Default "
-                      f"{','.join(compare.default_presets('momentum'))} (momentum SGD: the "
-                      f"ResNets) or {','.join(compare.default_presets('adam'))} (other "
-                      "optimizers: ncf) when no compression flag (--compressor, "
-                      "--index, --exchange, ...) is given; with compression flags and no "
-                      "--compare, one run of them. A comparison evaluates (--eval), trains "
-                      f"{COMPARE_STEPS} steps unless --num_batches / --num_epochs with "
-                      "--lr_schedule=cosine unless given, skips the codec-only timing unless "
-                      "--codec_repeats, and writes to --train_dir (default ./deepreduce_bench).",
-                      flag_values=fv)
+                      "Presets trained one after another (same seed, data and steps; "
+                      f"{COMPARE_STEPS} steps by default) and compared in one table and plot "
+                      f"in --train_dir: {compare.names_text()} (docs/cli.md). Default "
+                      f"{','.join(compare.default_presets('momentum'))} "
+                      f"({','.join(compare.default_presets('adam'))} without momentum SGD) "
+                      "when no compression flag is given.", flag_values=fv)
     flags.DEFINE_string("exchange", "deepreduce",
-                        "deepreduce | tf. deepreduce: the gradients go through DeepReduce's "
-                        "cross-device ops, compressed as the compression flags say "
-                        "(--compressor=none: dense, through the same ops). tf: TensorFlow's own "
-                        "all-reduce (MirroredStrategy / MultiWorkerMirroredStrategy with their "
-                        "default cross-device ops), dense, no compression flags; its bytes per "
-                        "step are the dense gradient bytes per replica computed from the "
-                        "trainable variables. The 'uncompressed' preset of --compare.",
-                        flag_values=fv)
+                        "deepreduce: DeepReduce's cross-device ops, compressed as the flags "
+                        "say; tf: TensorFlow's own dense all-reduce, no compression flags (the "
+                        "'uncompressed' preset).", flag_values=fv)
     flags.DEFINE_integer("eval_every", None,
-                         "With --eval (always on in a comparison): evaluate on the "
-                         "--num_eval_examples test examples (a fixed subset: the first N) "
-                         "before training, every N steps and at the end, recorded in the "
-                         "results' eval_history with the cumulative bytes sent. 0: only at "
-                         f"the end. Default: about {EVAL_POINTS} points per run.",
-                         flag_values=fv)
+                         "With --eval: evaluate the --num_eval_examples first test examples "
+                         "before training, every N steps and at the end (0: only at the end). "
+                         f"Default: about {EVAL_POINTS} points per run.", flag_values=fv)
     flags.DEFINE_string("lr_schedule", None,
-                        f"{' | '.join(LR_SCHEDULES)}: the learning rate stays at "
-                        "--init_learning_rate, or decays from it to 0 along a cosine over the "
-                        "run's steps (warm-up included). Default: cosine in a comparison (its "
-                        "final accuracies are those of settled weights, not of one noisy step "
-                        "at full rate), constant otherwise.", flag_values=fv)
+                        f"{' | '.join(LR_SCHEDULES)} (decayed to 0 over the run, warm-up "
+                        "included). Default: cosine in a comparison, else constant.",
+                        flag_values=fv)
 
 
 def _fail(message):
@@ -496,16 +480,13 @@ def _check_positive(fv, name, allow_none=True, allow_zero=False):
         _fail(f"--{name}={value} must be {'>= 0' if allow_zero else 'positive'}")
 
 
-def check_flags(fv=flags.FLAGS, check_files=True):
+def check_flags(fv=flags.FLAGS):
     """The checks of resolve() that need neither TensorFlow nor the codec
     registry: every flag of define_flags(fv, codecs=False), so the command
     line can be checked in a second before TensorFlow is imported.
 
-    check_files: also check that requested real data exist (off while
-      --fetch_data is about to fetch them).
-
     Returns:
-      {"model", "data_name", "data_notice", "hosts", "update", "num_gpus"}:
+      {"model", "data_name", "hosts", "update", "num_gpus", "optimizer"}:
       the values resolved on the way.
 
     Raises:
@@ -532,9 +513,7 @@ def check_flags(fv=flags.FLAGS, check_files=True):
     if model != "ncf" and fv.image_size < 32:
         _fail(f"--image_size={fv.image_size}: the ResNets need at least 32")
 
-    data_name, data_notice = fv.data_name, None
-    if data_name is None:
-        data_name, data_notice = default_data(model, fv.data_dir)
+    data_name = fv.data_name or default_data(model, fv.data_dir)
     data_name = _choice("data_name", data_name, DATA_NAMES,
                         {"fashion-mnist": "fashion_mnist", "ml-100k": "movielens"})
     valid_data = NCF_DATA if model == "ncf" else IMAGE_DATA
@@ -550,10 +529,8 @@ def check_flags(fv=flags.FLAGS, check_files=True):
               f"does not fit --optimizer={optimizer} (use --optimizer=momentum, or "
               "--memory=residual)")
     _choice("exchange", fv.exchange, EXCHANGES)
-    if check_files:  # real data must exist before any work starts
-        check_data(model, data_name, fv.data_dir)
-    return {"model": model, "data_name": data_name, "data_notice": data_notice,
-            "hosts": hosts, "update": update, "num_gpus": num_gpus, "optimizer": optimizer}
+    return {"model": model, "data_name": data_name, "hosts": hosts, "update": update,
+            "num_gpus": num_gpus, "optimizer": optimizer}
 
 
 def _check_cluster(fv):
@@ -586,15 +563,15 @@ def resolve(fv=flags.FLAGS):
     """Checks the parsed flags and returns a RunConfig.
 
     check_flags() first, then the codec flags, the comparison and the
-    compression dict (from_params builds one Compressor: TensorFlow).
+    compression dict (from_params builds one Compressor: TensorFlow). Whether
+    the data exist is check_data()'s question.
 
     Raises:
       ConfigError: a bad value or combination; the message names the flag and
         the valid choices (from_params' own message for compression keys).
     """
     checked = check_flags(fv)
-    model, data_name, data_notice = (checked["model"], checked["data_name"],
-                                     checked["data_notice"])
+    model, data_name = checked["model"], checked["data_name"]
     hosts, update, num_gpus = checked["hosts"], checked["update"], checked["num_gpus"]
     for _, param in _param_flags(fv):
         _check_param_flag(fv, param)
@@ -635,7 +612,7 @@ def resolve(fv=flags.FLAGS):
         seed=fv.seed, codec_repeats=fv.codec_repeats, worker_timeout=fv.worker_timeout,
         plot=fv.plot, plot_compare=list(fv.plot_compare), params=params, flags=flag_dict(fv),
         compare=compare_names, exchange=exchange, eval_every=fv.eval_every,
-        data_notice=data_notice, lr_schedule=lr_schedule)
+        lr_schedule=lr_schedule)
     if fv.eval_every and not fv.eval:
         config = config._replace(eval=True)  # evaluating every N steps is evaluating
     if compare_names:
@@ -723,38 +700,23 @@ def comparison_config(config, fv):
 
 
 def default_data(model, data_dir):
-    """(data_name, notice) when --data_name is not given.
-
-    ncf: movielens with --data_dir, else synthetic (as tf_cnn_benchmarks).
-    Image models: fashion_mnist when its IDX files are found (in --data_dir,
-    else the default places), else synthetic with a notice saying so.
-    """
+    """data_name when --data_name is not given: fashion_mnist for the image
+    models (missing files stop the run: check_data; synthetic images only when
+    asked for); ncf: movielens with --data_dir, else synthetic (as
+    tf_cnn_benchmarks)."""
     if model == "ncf":
-        return ("synthetic" if data_dir is None else "movielens"), None
-    from deepreduce_tf import data
-
-    if data.find_fashion_mnist(data_dir) is not None:
-        return "fashion_mnist", None
-    searched = ", ".join(data.candidate_dirs(data_dir))
-    return "synthetic", (
-        "Fashion-MNIST was not found, so this run trains on SYNTHETIC images.\n"
-        "Its loss and accuracy say nothing about real data.\n"
-        f"Searched: {searched}.\n"
-        f"Install the data with `{data.INSTALL_HINT}` (or set ${data.ENV_VAR} to its "
-        "directory),\nor pass --data_name=synthetic to ask for synthetic images.")
+        return "synthetic" if data_dir is None else "movielens"
+    return "fashion_mnist"
 
 
 def check_data(model, data_name, data_dir):
-    """Raises ConfigError naming the fetch command if requested real data is absent."""
+    """Raises ConfigError saying how to get the real data of a run if absent."""
     if data_name == "fashion_mnist":
         from deepreduce_tf import data
 
         if data.find_fashion_mnist(data_dir) is None:
-            searched = ", ".join(data.candidate_dirs(data_dir))
-            _fail(f"--data_name=fashion_mnist: the IDX files are not in {searched}. Install "
-                  f"them with `{data.INSTALL_HINT}` (or set ${data.ENV_VAR}); "
-                  f"`{FETCH_COMMAND}` reports where they are expected. Use "
-                  "--data_name=synthetic for synthetic images.")
+            _fail(f"{data.how_to_get(data_dir, FETCH_COMMAND)}. --data_name=synthetic trains "
+                  "on synthetic images instead.")
     elif data_name == "movielens":
         from deepreduce_tf import movielens
 

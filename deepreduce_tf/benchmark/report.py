@@ -321,13 +321,6 @@ def plot_runs(paths, out, title=None):
 # ---------------------------------------------------------------------------
 # Comparisons (--compare)
 
-def notice_banner(text, title="WARNING: SYNTHETIC DATA"):
-    """A multi-line notice that stands out on a terminal and in a log."""
-    lines = [title] + text.splitlines()
-    bar = "!" * (max(len(line) for line in lines) + 6)
-    return "\n".join([bar] + [f"!!  {line}" for line in lines] + [bar])
-
-
 def run_outcome(results):
     """One line of a finished run: test metric, bytes, median step time."""
     m = results["metrics"]
@@ -389,14 +382,13 @@ def comparison_rows(runs, baseline=None):
     return rows
 
 
-def compare_table(runs, baseline=None, data_notice=None, descriptions=None):
+def compare_table(runs, baseline=None, descriptions=None):
     """The table of a comparison (a string): settings, one row per run, notes.
 
     Args:
       runs: [(preset name, results dict)] in run order, same data and steps.
       baseline: the run that reductions, ratios and differences refer to
         (default 'uncompressed' when present, else the first).
-      data_notice: text of the synthetic-data notice, shown below the table.
       descriptions: {preset: one-line description} listed below the table.
     """
     rows = comparison_rows(runs, baseline)
@@ -478,17 +470,13 @@ def compare_table(runs, baseline=None, data_notice=None, descriptions=None):
                          "on top: see the plot's curves).")
     if descriptions:
         notes += [f"{name}: {descriptions[name]}" for name, _ in runs if name in descriptions]
-    out = "\n".join(lines + notes)
-    if data_notice:
-        out += "\n" + notice_banner(data_notice)
-    return out
+    return "\n".join(lines + notes)
 
 
-def comparison_record(runs, table, plot=None, baseline=None, runs_meta=None,
-                      data_notice=None):
+def comparison_record(runs, table, plot=None, baseline=None, runs_meta=None):
     """The combined JSON of a comparison.
 
-    {"kind": "comparison", "baseline", "metric", "data_source", "data_notice",
+    {"kind": "comparison", "baseline", "metric", "data_source",
      "settings": what every run shares, "runs": [comparison_rows() row +
      eval_history + runs_meta entry (paths, args, description)], "table", "plot"}.
     """
@@ -511,7 +499,7 @@ def comparison_record(runs, table, plot=None, baseline=None, runs_meta=None,
     return {"schema_version": SCHEMA_VERSION, "command": "deepreduce-bench",
             "kind": "comparison", "baseline": _baseline(runs, baseline),
             "metric": rows[0]["metric"], "data_source": first["data_source"],
-            "data_notice": data_notice, "settings": settings, "runs": out_runs,
+            "settings": settings, "runs": out_runs,
             "table": table, "plot": plot,
             "environment": first["environment"]}
 

@@ -320,12 +320,18 @@ def run(config, stream=sys.stderr):
     Several workers leave together, at exit (_leave_together).
 
     Raises:
+      deepreduce_tf.OpLibraryError: the op library is missing or broken.
+      ConfigError: the data are missing (checked once the op library loaded,
+        before any training; the message says how to get them).
       PeerFailure: another worker of the cluster failed or stopped responding
         (TensorFlow aborted this worker's collective or coordination call).
     """
     import tensorflow as tf
 
+    from deepreduce_tf.benchmark import flags as bench_flags
+
     strategy = make_strategy(config)
+    bench_flags.check_data(config.model, config.data_name, config.data_dir)
     cluster = _cluster(strategy)
     position = _Position(cluster[1] if cluster else 0)
     try:
