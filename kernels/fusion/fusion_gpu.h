@@ -21,7 +21,9 @@ struct GpuStatus {
 const char* ErrorString(int cuda_error);
 
 // Copies count device-to-device pieces (dst[i] <- src[i], bytes[i] bytes)
-// on `stream`, asynchronously. The pointer arrays live in host memory.
+// on `stream`, asynchronously: one kernel per 96 non-empty pieces, the table
+// passed in the kernel's parameters. The pointer arrays live in host memory;
+// pieces must not overlap.
 GpuStatus CopyPieces(void* const* dst, const void* const* src, const int64_t* bytes,
                      int count, void* stream);
 
