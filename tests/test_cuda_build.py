@@ -65,9 +65,10 @@ GPU_OPS = {
 # framing of small byte buffers (header varints, one memcpy per section, a
 # hardware CRC32C, a sequential bit packer): a GPU kernel would only add
 # device round trips. ScatterSum/ScatterSubtract (in-order scatters of a
-# step's decoded values): a process with a GPU uses TensorFlow's scatter ops;
+# step's decoded values): a replica on a GPU uses TensorFlow's scatter ops;
 # AllWithin and AddWithin (a step's range check, with or without the
-# compensation) likewise use TensorFlow's ops there.
+# compensation) likewise use TensorFlow's ops there (ops/fusion.py: _on_gpu;
+# tests/test_gpu_placement.py checks the whole step's placement).
 CPU_ONLY_OPS = {PREFIX + "BloomFilterSelect", PREFIX + "BuildInfo",
                 PREFIX + "DeflateEncode", PREFIX + "DeflateDecode",
                 PREFIX + "PayloadPack", PREFIX + "PayloadUnpack",

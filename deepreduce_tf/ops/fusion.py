@@ -70,9 +70,21 @@ def split_reshape(flat, shapes, name=None):
 
 
 def _gpu_process():
-    """True if this process sees a GPU: the scatter ops below then use
-    TensorFlow's (the library's are CPU-only)."""
+    """True if this process sees a GPU."""
     return bool(tf.config.list_logical_devices("GPU"))
+
+
+def _on_gpu(*tensors):
+    """True if the step's tensors live on a GPU: the ops below then use
+    TensorFlow's, which have GPU kernels (the library's are CPU-only), so that
+    no bucket-sized tensor is copied to the host. The first tensor that names
+    its device decides (eager tensors always do; in a graph, the device the
+    tensor was placed on); if none does, whether this process sees a GPU."""
+    for t in tensors:
+        device = getattr(t, "device", "") or ""
+        if device:
+            return tf.DeviceSpec.from_string(device).device_type == "GPU"
+    return _gpu_process()
 
 
 def all_within(x, limit, name=None):
@@ -89,7 +101,7 @@ def all_within(x, limit, name=None):
     if x.dtype not in FLOAT_DTYPES:
         raise TypeError(f"all_within needs a float tensor, got {x.dtype.name}")
     limit = _limit32("all_within", limit)
-    if _gpu_process():
+    if _on_gpu(x):
         return _within_tf(x, limit, name)
     return _loader.load().deep_reduce_all_within(x, limit=limit, name=name)
 
@@ -131,7 +143,7 @@ def add_within(x, y, limit, name=None):
     if not x.shape.is_compatible_with(y.shape):
         raise ValueError(f"add_within needs tensors of one shape, got {x.shape} and {y.shape}")
     limit = _limit32("add_within", limit)
-    if _gpu_process():
+    if _on_gpu(x, y):
         total = tf.add(x, y)
         return total, _within_tf(total, limit, name)
     return tuple(_loader.load().deep_reduce_add_within(x, y, limit=limit, name=name))
@@ -163,7 +175,7 @@ def scatter_sum(positions, values, n, tail=None, name=None):
         tail = tf.convert_to_tensor(tail, values.dtype)
         if tail.shape.rank != 1:
             raise ValueError(f"scatter_sum: tail must be a vector, got shape {tail.shape}")
-    if _gpu_process():
+    if _on_gpu(values, positions):
         out = tf.scatter_nd(tf.expand_dims(positions, 1), values, [int(n)])
         return tf.identity(out if tail is None else tf.concat([out, tail], 0), name=name)
     if tail is None:
@@ -184,6 +196,6 @@ def scatter_subtract(rest, positions, values, name=None):
     values = tf.convert_to_tensor(values, rest.dtype)
     if rest.dtype not in FLOAT_DTYPES:
         raise TypeError(f"scatter_subtract needs a float vector, got {rest.dtype.name}")
-    if _gpu_process():
+    if _on_gpu(rest):
         return tf.tensor_scatter_nd_sub(rest, tf.expand_dims(positions, 1), values, name=name)
     return _loader.load().deep_reduce_scatter_subtract(rest, positions, values, name=name)
