@@ -259,6 +259,10 @@ class _DeepReduceState:
                 # checkpoint restore then assigns the saved values eagerly.
                 with tf.init_scope():
                     comp = self._builder.make(factory)
+                    # The communicator is chosen once, by these ops (it can
+                    # differ from the one from_params gave the compressor):
+                    # every user of the replica's compressor sees that one.
+                    comp.communicator = self.communicator
                     if self.accounting:
                         self.state.exchanges[str(replica)] = factory(
                             tf.constant(0, tf.int64), "exchanges")

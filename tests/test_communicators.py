@@ -82,6 +82,27 @@ def test_communicator_override_is_checked():
                                      communicator=communicators.Allreduce())
 
 
+def test_the_communicator_is_chosen_once_for_every_path(rng):
+    # Compression off, no communicator key: these ops choose the all-reduce
+    # route, although from_params gives such a compressor an all-gather. The
+    # per-replica compressors, and an exchange_locally over them, must use
+    # that one choice (they used to keep the all-gather).
+    ops = drd.DeepReduceCrossDeviceOps({"compressor": "none"})
+    assert isinstance(ops.communicator, communicators.Allreduce)
+    lists = []
+    for r, d in enumerate(DEVICES):
+        with tf.device(d):
+            lists.append(_grads(rng, r))
+    ops.reduce_tensors(lists)
+    assert len(ops.compressors) == 2
+    assert all(c.communicator is ops.communicator for c in ops.compressors)
+    x = [tf.constant(np.arange(3000, dtype=np.float32) * (r + 1)) for r in range(2)]
+    results, payloads = communicators.exchange_locally(ops.compressors, x, name="w")
+    # All-reduce payloads are the summable values themselves, not uint8 frames.
+    assert all(p.dtype == tf.float32 for p in payloads)
+    np.testing.assert_array_equal(results[0].numpy(), x[0].numpy() + x[1].numpy())
+
+
 def test_local_transport_sums_in_order_and_places_results():
     t = transport.LocalTransport(DEVICES)
     vals = []
