@@ -263,6 +263,7 @@ class _DeepReduceState:
                     # differ from the one from_params gave the compressor):
                     # every user of the replica's compressor sees that one.
                     comp.communicator = self.communicator
+                    self.communicator.check(comp)
                     if self.accounting:
                         self.state.exchanges[str(replica)] = factory(
                             tf.constant(0, tf.int64), "exchanges")

@@ -227,3 +227,28 @@ def test_add_within_argument_errors():
                     input_signature=[tf.TensorSpec([None], tf.float32)] * 2)
     with pytest.raises(tf.errors.InvalidArgumentError, match="same shape"):
         f(one, tf.constant([1.0, 2.0]))
+
+
+def test_the_replicas_device_chooses_the_kernels(monkeypatch):
+    # A tensor placed on a GPU takes TensorFlow's ops (GPU kernels), one on a
+    # CPU the library's; a device string without a device type does not
+    # decide: whether the process sees a GPU does.
+    graph = tf.Graph()
+    with graph.as_default():
+        with tf.device("/GPU:0"):
+            on_gpu = tf.compat.v1.placeholder(tf.float32, [4])
+        with tf.device("/CPU:0"):
+            on_cpu = tf.compat.v1.placeholder(tf.float32, [4])
+        with tf.device("/job:worker/task:0"):
+            untyped = tf.compat.v1.placeholder(tf.float32, [4])
+        free = tf.compat.v1.placeholder(tf.float32, [4])
+    assert fusion_ops._on_gpu(on_gpu) and not fusion_ops._on_gpu(on_cpu)
+    assert fusion_ops._on_gpu(free, on_gpu) and not fusion_ops._on_gpu(untyped, on_cpu)
+    for sees_gpu in (False, True):
+        monkeypatch.setattr(fusion_ops, "_gpu_process", lambda: sees_gpu)
+        assert fusion_ops._on_gpu(untyped) is sees_gpu and fusion_ops._on_gpu(free) is sees_gpu
+    with graph.as_default():
+        fusion_ops.add_within(on_gpu, on_gpu, 1.0)
+        fusion_ops.add_within(on_cpu, on_cpu, 1.0)
+    types = [op.type for op in graph.get_operations()]
+    assert types.count("DeepReduce>AddWithin") == 1 and "AddV2" in types

@@ -199,6 +199,7 @@ def check_step(shapes, spec, tf_table):
     bound, dense_bytes = compressed_bound(shapes, spec)
     assert bound * 4 < dense_bytes, "the bound would not tell a payload from a bucket"
     problems = [f"ops without a GPU kernel: {unexpected}"] if unexpected else []
+    into = {}  # bytes of statically sized tensors crossing into each op
     for t, consumer in crossings(placed):
         n = t.shape.num_elements()
         framing = FRAMING & {t.op.type, consumer.type}
@@ -206,9 +207,15 @@ def check_step(shapes, spec, tf_table):
             if not (t.dtype == tf.uint8 and framing):
                 problems.append(f"{t.name} ({t.dtype.name}, unknown size) crosses from "
                                 f"{t.op.type} to {consumer.type}")
-        elif t.dtype != tf.string and n * t.dtype.size > bound:
-            problems.append(f"{t.name} ({t.dtype.name}{t.shape}, {n * t.dtype.size} bytes > "
-                            f"bound {bound}) crosses from {t.op.type} to {consumer.type}")
+        elif t.dtype != tf.string:
+            into[consumer] = into.get(consumer, 0) + n * t.dtype.size
+            if n * t.dtype.size > bound:
+                problems.append(f"{t.name} ({t.dtype.name}{t.shape}, {n * t.dtype.size} bytes "
+                                f"> bound {bound}) crosses from {t.op.type} to {consumer.type}")
+    for consumer, total in into.items():
+        if total > bound:
+            problems.append(f"{total} bytes cross into {consumer.name} ({consumer.type}) in all, "
+                            f"> bound {bound}")
     return problems, placed
 
 
@@ -232,3 +239,18 @@ def test_check_catches_a_bucket_on_the_host(tf_table, monkeypatch):
     monkeypatch.setattr(fusion_ops, "_on_gpu", lambda *tensors: False)
     problems, _ = check_step(resnet20_shapes(), RECOMMENDED, tf_table)
     assert any("AddWithin" in p or "Scatter" in p for p in problems), problems
+
+
+def test_placement_tells_gpu_kernels_from_host_ones(tf_table):
+    # The check's two sources of kernels, on ops whose answer is known: a
+    # float add runs on the GPU, string formatting and the library's payload
+    # framing on the host, the library's top-k on the GPU.
+    graph = tf.Graph()
+    with graph.as_default(), tf.device("/GPU:0"):
+        x = tf.compat.v1.placeholder(tf.float32, [100])
+        y = x + 1.0
+        tf.strings.format("{}", y)
+        sparsify.top_k(y, 5)
+    placed = {op.type: gpu for op, gpu in place(graph, tf_table).items()}
+    assert placed["AddV2"] and placed["DeepReduce>TopK"]
+    assert not placed["StringFormat"]

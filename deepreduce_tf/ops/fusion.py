@@ -77,13 +77,15 @@ def _gpu_process():
 def _on_gpu(*tensors):
     """True if the step's tensors live on a GPU: the ops below then use
     TensorFlow's, which have GPU kernels (the library's are CPU-only), so that
-    no bucket-sized tensor is copied to the host. The first tensor that names
-    its device decides (eager tensors always do; in a graph, the device the
-    tensor was placed on); if none does, whether this process sees a GPU."""
+    no bucket-sized tensor is copied to the host. The first tensor whose
+    device names a device type decides (eager tensors always do; in a graph,
+    the device the tensor was placed on); if none does, whether this process
+    sees a GPU."""
     for t in tensors:
         device = getattr(t, "device", "") or ""
-        if device:
-            return tf.DeviceSpec.from_string(device).device_type == "GPU"
+        kind = tf.DeviceSpec.from_string(device).device_type if device else None
+        if kind is not None:  # "/job:worker/task:0" names no device type
+            return kind == "GPU"
     return _gpu_process()
 
 

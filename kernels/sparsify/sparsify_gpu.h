@@ -82,8 +82,10 @@ GpuStatus ThresholdWrite(const U* d_x, int64_t n, const void* d_scratch,
 // one histogram pass over every segment that selects something (a
 // shared-memory histogram per chunk of one segment) and one bucket search per
 // segment; then per-tile counts, two scans and an ordered write, as TopK. The
-// launchers copy a table of O(S) entries to the device (from pageable memory:
-// staged before they return) and never synchronize.
+// launchers copy a table of O(S) entries to the device from pageable memory
+// (CUDA stages it during the call and may wait for the stream to do so) and
+// return nothing to the host. Scratch: 8 KiB of histogram per segment with
+// 0 < k < length, plus O(n / 1024) per-tile counters.
 //
 // Device scratch for a segmentation (only its lengths and k matter).
 size_t SegmentedScratchBytes(const int64_t* h_offsets, const int64_t* h_k,

@@ -773,13 +773,19 @@ GpuStatus SegSelect(const Keys& keys, uint64_t seed, bool random, const U* d_x,
                     void* stream) {
   const SegShape sh = ShapeOf(h_offsets, h_k, num_segments);
   if (sh.total_k == 0) return Ok();
+  // CUB's scans take an int item count, and one block per active segment.
+  if (sh.tiles > 0x7fffffff || sh.active > 0x7fffffff) {
+    return Fail(cudaErrorInvalidValue, "more than 2^31 - 1 tiles or segments");
+  }
   cudaStream_t s = AsStream(stream);
   SegScratch sc;
   DR_CUDA_RETURN_IF_ERROR(SegLayout(sh, d_scratch, &sc), "laying out the scratch");
   if (scratch_bytes < sc.total_bytes) {
     return Fail(cudaErrorInvalidValue, "scratch is smaller than SegmentedScratchBytes");
   }
-  // The table, built on the host and copied in one piece.
+  // The table, built on the host and copied in one piece. The source is
+  // pageable: CUDA stages such a copy during the call (it may wait for the
+  // stream to do so), so the vector can go when this function returns.
   std::vector<char> host(sc.table.bytes);
   const SegTable ht = TableLayout(sh.active, host.data());
   const char* dbase = reinterpret_cast<const char*>(sc.table.segs);

@@ -140,7 +140,7 @@ class ThresholdSelectGpuOp : public OpKernel {
 
 // The GPU half of the segmented ops (SegmentedSelectOp, sparsify_args.h): the
 // launchers read offsets and k from the host tensors and copy an O(S) table
-// to the device; nothing else crosses, and nothing synchronizes.
+// to the device (staged during the call); nothing comes back to the host.
 namespace functor {
 template <typename T, bool kRandom>
 struct SegmentedSelect<GpuDevice, T, kRandom> {

@@ -5,7 +5,8 @@
 // the buffers must be untouched. Cases: assorted sizes (0 bytes, odd byte
 // counts, unaligned offsets, 1 MiB: 1-byte units), 300 float32-like pieces
 // at element offsets (4-byte units, four kernel batches of <= 96 pieces),
-// 16-byte multiples (16-byte units) and pieces that are all empty.
+// 16-byte multiples (16-byte units), odd pieces between aligned ones (each
+// piece its own unit) and pieces that are all empty.
 //
 // Build and run: bash build_deps/build_cuda_test.sh. Exit status: 0 all
 // passed, 1 a mismatch, 77 no CUDA device (skipped).
@@ -157,6 +158,9 @@ int main() {
   }
   failed += RunCase("300 float32 pieces", floats, 0, 10, stream);
   failed += RunCase("16-byte multiples", {16, 4096, 0, 16 * 100003, 32}, 0, 11, stream);
+  // Each piece has its own unit: odd pieces between aligned ones.
+  failed += RunCase("mixed units", {16 * 4096, 3, 4 * 5001, 2 * 777, 8 * 999, 1, 16 * 64}, 0, 14,
+                    stream);
   failed += RunCase("all empty", {0, 0, 0}, 0, 12, stream);
   failed += RunCase("no pieces", {}, 0, 13, stream);
   cudaStreamDestroy(stream);
