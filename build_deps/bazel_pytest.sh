@@ -3,7 +3,7 @@
 # test file given as $1 against the Bazel-built op library.
 #
 # The tests expect deepreduce_tf to be *installed*, also in the fresh
-# interpreters they start without PYTHONPATH (tests/test_loader.py), and never
+# interpreters they start without PYTHONPATH (tests/ops/test_loader.py), and never
 # imported from a source tree. So the runner makes a throwaway venv in
 # $TEST_TMPDIR layered on the interpreter of @local_config_tf (whose
 # site-packages it adds through a .pth file, for TensorFlow and pytest) and

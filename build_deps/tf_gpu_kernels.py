@@ -1,4 +1,4 @@
-"""Writes the table of TensorFlow's GPU kernels that tests/test_gpu_placement.py
+"""Writes the table of TensorFlow's GPU kernels that tests/ops/test_gpu_placement.py
 reads: for every op of TensorFlow's CUDA build that has a kernel on the GPU
 (device type GPU, or DEFAULT: a kernel for every device), its kernels' type
 constraints and host-memory arguments.

@@ -30,6 +30,10 @@ from deepreduce_tf.benchmark import report
 from deepreduce_tf.benchmark.runner import CHILD_BOOTSTRAP
 from test_data import write_fake_dataset
 
+# Trains models, starts worker processes or runs Flower (minutes):
+# `pytest -m "not slow"` leaves it out of a quick loop.
+pytestmark = pytest.mark.slow
+
 RUN_TIMEOUT = 600
 TINY = ["--num_batches=2", "--num_warmup_batches=1", "--codec_repeats=1", "--display_every=1"]
 # Top-k with raw indices and values: the payload size depends only on the shapes.

@@ -20,6 +20,10 @@ from deepreduce_tf.benchmark import flags as bench_flags
 from deepreduce_tf.benchmark import report
 from test_bench_cli import bench, fake_fashion_mnist  # noqa: F401 (a fixture)
 
+# Trains models, starts worker processes or runs Flower (minutes):
+# `pytest -m "not slow"` leaves it out of a quick loop.
+pytestmark = pytest.mark.slow
+
 TINY = ["--num_batches=2", "--num_warmup_batches=1", "--batch_size=4", "--num_eval_examples=20",
         "--eval_every=1", "--display_every=1"]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

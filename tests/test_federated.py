@@ -14,6 +14,10 @@ import pytest
 
 from deepreduce_tf.federated.codec import ModelCodec, PayloadError, model_crc
 
+# Trains models, starts worker processes or runs Flower (minutes):
+# `pytest -m "not slow"` leaves it out of a quick loop.
+pytestmark = pytest.mark.slow
+
 SHAPES = [(3, 3, 1, 16), (16,), (400, 60), (60,), (60, 10), (10,)]
 NAMES = [str(i) for i in range(len(SHAPES))]
 GOLOMB_QSGD = {"compressor": "topk", "compress_ratio": 0.1, "deepreduce": "both",

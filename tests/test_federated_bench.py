@@ -12,6 +12,10 @@ pytest.importorskip("flwr")
 from flwr.app import ArrayRecord, ConfigRecord  # noqa: E402
 from flwr.serverapp.strategy import FedAvg  # noqa: E402
 
+# Trains models, starts worker processes or runs Flower (minutes):
+# `pytest -m "not slow"` leaves it out of a quick loop.
+pytestmark = pytest.mark.slow
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(os.path.dirname(HERE), "benchmarks", "federated_bench.py")
 

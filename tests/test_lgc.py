@@ -15,6 +15,10 @@ from deepreduce_tf.memory import default_variable_factory
 from deepreduce_tf.ops import payload as payload_ops
 from deepreduce_tf.transport import LocalTransport
 
+# Trains models, starts worker processes or runs Flower (minutes):
+# `pytest -m "not slow"` leaves it out of a quick loop.
+pytestmark = pytest.mark.slow
+
 VARIANTS = ("lgc_ps", "lgc_rar")
 SHAPES = [(40, 50), (300,), (10,)]  # one sparse tensor, two that ride dense
 KEYS = ["w", "b", "c"]

@@ -7,6 +7,10 @@ import subprocess
 
 import pytest
 
+# Trains models, starts worker processes or runs Flower (minutes):
+# `pytest -m "not slow"` leaves it out of a quick loop.
+pytestmark = pytest.mark.slow
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(os.path.dirname(HERE), "benchmarks", "link_bench.py")
 TINY = ["--", "--model=resnet20", "--data_name=synthetic", "--batch_size=8",

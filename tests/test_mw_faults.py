@@ -22,6 +22,10 @@ import pytest
 from deepreduce_tf.benchmark import runner
 from deepreduce_tf.benchmark.runner import CHILD_BOOTSTRAP
 
+# Trains models, starts worker processes or runs Flower (minutes):
+# `pytest -m "not slow"` leaves it out of a quick loop.
+pytestmark = pytest.mark.slow
+
 # 1 warm-up + 6 timed steps; worker 0 still writes the JSON when all goes well.
 RUN = ["--model=ncf", "--batch_size=64", "--num_batches=6", "--num_warmup_batches=1",
        "--codec_repeats=1", "--compressor=topk", "--compress_ratio=0.01", "--deepreduce=none"]

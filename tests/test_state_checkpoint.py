@@ -14,6 +14,10 @@ import tensorflow as tf
 
 from deepreduce_tf import distribute as drd
 
+# Trains models, starts worker processes or runs Flower (minutes):
+# `pytest -m "not slow"` leaves it out of a quick loop.
+pytestmark = pytest.mark.slow
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEVICES = ["/cpu:0", "/cpu:1"]
 # The recommended configuration: top-k 1 % + residual, golomb, QSGD (seeded).

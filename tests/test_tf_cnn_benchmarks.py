@@ -22,6 +22,10 @@ import tensorflow as tf
 from deepreduce_tf import tf_cnn_benchmarks as tcb
 from deepreduce_tf.distribute import DeepReduceCrossDeviceOps
 
+# Trains models, starts worker processes or runs Flower (minutes):
+# `pytest -m "not slow"` leaves it out of a quick loop.
+pytestmark = pytest.mark.slow
+
 LOSSLESS = {
     "none": {"compressor": "none"},
     "allreduce": {"compressor": "none", "communicator": "allreduce"},

@@ -11,7 +11,7 @@
 // data-dependent positions; both are a few ns per entry, which for the
 // K <= ~10^6 entries they see is well under a millisecond.
 //
-// These are host-side ops: they have no GPU kernels (tests/test_cuda_build.py
+// These are host-side ops: they have no GPU kernels (tests/ops/test_cuda_build.py
 // lists them as CPU-only).
 #include <cstdint>
 #include <cstring>

@@ -4,7 +4,7 @@
 // kernels drive them (HistKernel per level over all keys, FindKernel's scan
 // from the top, the ordered compaction with its tie quota), checked against
 // a brute-force sort by (key desc, index asc). Built and run by
-// tests/test_sparsifiers.py::test_radix_plan_host_emulation.
+// tests/ops/test_sparsifiers.py::test_radix_plan_host_emulation.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>

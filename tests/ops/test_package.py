@@ -9,7 +9,8 @@ import tensorflow as tf
 import deepreduce_tf
 from deepreduce_tf.ops import _loader
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# tests/ops/<this file> -> the repository root
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def test_version_is_a_release_string():

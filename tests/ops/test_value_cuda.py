@@ -27,6 +27,9 @@ import deepreduce_tf
 import value_reference as ref
 from deepreduce_tf.ops import _loader, value
 
+# tests/ops/<this file> -> the repository root
+_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 IAE = tf.errors.InvalidArgumentError
 SIZES = (0, 1, 7, 8, 9, 1000, 100_003)
 
@@ -397,7 +400,7 @@ def test_exact_kernels_have_no_double_fma(tmp_path):
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         pytest.skip("nvcc not found")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = _REPO_ROOT
     ptx = tmp_path / "value_kernels.ptx"
     res = subprocess.run(
         [nvcc, "-std=c++17", "-O3", f"-I{root}", "--expt-relaxed-constexpr", "-ptx",

@@ -44,7 +44,8 @@ pytestmark = pytest.mark.skipif(
 
 RECOMMENDED = {"compressor": "topk", "compress_ratio": 0.01, "memory": "dgc",
                "deepreduce": "both", "index": "golomb", "value": "qsgd", "bits": 7}
-TABLE = os.path.join(os.path.dirname(__file__), "data", "tf_gpu_kernels.json.gz")
+TABLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data",
+                     "tf_gpu_kernels.json.gz")
 # Host-side by design (docs/ops.md): payload framing of a few small byte
 # buffers; and the formatting of an error message's text.
 HOST_BY_DESIGN = {"DeepReduce>PayloadPack", "DeepReduce>PayloadUnpack"}

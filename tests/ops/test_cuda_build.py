@@ -9,8 +9,8 @@ memory; the library loads in tensorflow-cpu (it got this far).
 With a GPU: GPU and CPU kernels agree byte for byte on random inputs and
 reject bad input with the same errors. Without one these tests skip.
 
-The index and value codecs' GPU-vs-CPU tests are in tests/test_index_cuda.py
-and tests/test_value_cuda.py. The same comparisons without TensorFlow:
+The index and value codecs' GPU-vs-CPU tests are in tests/ops/test_index_cuda.py
+and tests/ops/test_value_cuda.py. The same comparisons without TensorFlow:
 tests/cuda/*_cuda_test.cu
 (bash build_deps/build_cuda_test.sh).
 """
@@ -68,7 +68,7 @@ GPU_OPS = {
 # step's decoded values): a replica on a GPU uses TensorFlow's scatter ops;
 # AllWithin and AddWithin (a step's range check, with or without the
 # compensation) likewise use TensorFlow's ops there (ops/fusion.py: _on_gpu;
-# tests/test_gpu_placement.py checks the whole step's placement).
+# tests/ops/test_gpu_placement.py checks the whole step's placement).
 CPU_ONLY_OPS = {PREFIX + "BloomFilterSelect", PREFIX + "BuildInfo",
                 PREFIX + "DeflateEncode", PREFIX + "DeflateDecode",
                 PREFIX + "PayloadPack", PREFIX + "PayloadUnpack",

@@ -23,9 +23,9 @@ from deepreduce_tf.ops import index as index_ops
 from deepreduce_tf.ops import payload as payload_ops
 from deepreduce_tf.ops import value as value_ops
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-CORPUS = os.path.join(HERE, "fuzz_corpus")
-INC = os.path.join(os.path.dirname(HERE), "kernels", "fuzz", "real_containers.inc")
+TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CORPUS = os.path.join(TESTS_DIR, "fuzz_corpus")
+INC = os.path.join(os.path.dirname(TESTS_DIR), "kernels", "fuzz", "real_containers.inc")
 TARGETS = ("container", "container_edit", "perm", "int32", "bitmap", "rle", "golomb",
            "bloom", "polyfit", "dexp", "qsgd", "fp16", "bf16", "deflate")
 FILES = sorted(glob.glob(os.path.join(CORPUS, "*", "*.bin")))

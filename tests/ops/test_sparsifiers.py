@@ -16,6 +16,9 @@ import tensorflow as tf
 import sparsify_reference as ref
 from deepreduce_tf import sparsify
 
+# tests/ops/<this file> -> the repository root
+_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 IAE = tf.errors.InvalidArgumentError
 DTYPES = [tf.float16, tf.bfloat16, tf.float32, tf.float64]
 BLOCK = 16384  # kBlock in sparsify_kernels.cc: sizes around it cross blocks
@@ -599,7 +602,7 @@ def test_cuda_kernels_compile(tmp_path):
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         pytest.skip("nvcc not found")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = _REPO_ROOT
     res = subprocess.run(
         [nvcc, "-std=c++17", f"-I{root}", "-c",
          os.path.join(root, "kernels", "sparsify", "sparsify_kernels.cu"),
@@ -618,7 +621,7 @@ def test_radix_plan_host_emulation(tmp_path):
     cxx = shutil.which(os.environ.get("CXX", "g++"))
     if cxx is None:
         pytest.skip("no C++ compiler")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = _REPO_ROOT
     exe = str(tmp_path / "radix_plan_test")
     build = subprocess.run(
         [cxx, "-std=c++17", "-O2", f"-I{root}",

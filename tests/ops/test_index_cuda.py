@@ -5,7 +5,7 @@ messages for bad indices and for corrupt payloads.
 
 These tests need a CUDA build (DEEPREDUCE_TF_CUDA=1) and a GPU visible to
 TensorFlow; without them they skip. Registration (which ops have GPU kernels,
-which arguments live in host memory) is checked in tests/test_cuda_build.py on
+which arguments live in host memory) is checked in tests/ops/test_cuda_build.py on
 every CUDA build; tests/cuda/index_cuda_test.cu compares the kernels with the
 codec headers without TensorFlow.
 """
