@@ -10,6 +10,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "kernels/common/devices.h"
 #include "kernels/sparsify/sparsify.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
@@ -170,11 +171,6 @@ inline absl::Status CheckSegments(const tensorflow::Tensor& x_t,
   seg->k = k;
   return absl::OkStatus();
 }
-
-// Devices of the templated OpKernels (the op class is shared; only the
-// functor that does the device work is specialised per device).
-struct CpuDevice {};
-struct GpuDevice {};
 
 namespace functor {
 // Fills idx and val (seg.total_k > 0 entries each, allocated on the op's
