@@ -1,6 +1,6 @@
 // The GPU half of an OpKernel, shared by every family's *_kernels_gpu.cc (the
 // CUDA build only): the op's CUDA stream, a launcher's status as an
-// absl::Status, and device scratch. Host code with TF headers and no CUDA
+// absl::Status, device scratch, and pinned host memory for what comes back. Host code with TF headers and no CUDA
 // headers (g++ compiles it); the launchers it wraps are the plain C++
 // declarations of kernels/<family>/<family>_gpu.h.
 #ifndef DEEPREDUCE_KERNELS_COMMON_GPU_OP_UTIL_H_
@@ -57,6 +57,27 @@ inline absl::Status AllocateScratch(tensorflow::OpKernelContext* ctx, size_t byt
 inline absl::Status AllocatePinnedHost(tensorflow::OpKernelContext* ctx, int64_t bytes,
                                        tensorflow::Tensor* t) {
   return AllocateHostTemp<GpuDevice>(ctx, tensorflow::DT_UINT8, bytes, t);
+}
+
+// Copies `bytes` bytes of device memory at src to pinned host memory held
+// by `holder` and points *host at them, through the family's
+// CopyToHost(host_dst, d_src, bytes, stream) launcher (which synchronizes the
+// stream). With bytes == 0 nothing is copied.
+template <const char* (*kErrorString)(int), typename GpuStatus>
+absl::Status CopyToPinnedHost(tensorflow::OpKernelContext* ctx,
+                              GpuStatus (*copy_to_host)(void*, const void*, size_t, void*),
+                              const uint8_t* src, int64_t bytes, tensorflow::Tensor* holder,
+                              const uint8_t** host, const char* op) {
+  void* stream = nullptr;
+  TF_RETURN_IF_ERROR(StreamOf(ctx, &stream));
+  TF_RETURN_IF_ERROR(AllocatePinnedHost(ctx, bytes, holder));
+  uint8_t* dst = holder->flat<uint8_t>().data();
+  if (bytes > 0) {
+    TF_RETURN_IF_ERROR(CudaStatus<kErrorString>(
+        copy_to_host(dst, src, static_cast<size_t>(bytes), stream), op));
+  }
+  *host = dst;
+  return absl::OkStatus();
 }
 
 }  // namespace gpu_util
