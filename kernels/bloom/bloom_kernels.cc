@@ -25,7 +25,6 @@ namespace deepreduce {
 namespace bloom {
 namespace {
 
-using ::tensorflow::DataTypeToEnum;
 using ::tensorflow::OpKernel;
 using ::tensorflow::OpKernelConstruction;
 using ::tensorflow::OpKernelContext;

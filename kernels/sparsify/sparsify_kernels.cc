@@ -61,8 +61,6 @@ namespace sparsify {
 namespace {
 
 using ::tensorflow::DataTypeToEnum;
-using ::tensorflow::OpKernel;
-using ::tensorflow::OpKernelConstruction;
 using ::tensorflow::OpKernelContext;
 using ::tensorflow::Tensor;
 using ::tensorflow::TensorShape;
