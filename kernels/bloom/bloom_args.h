@@ -54,6 +54,12 @@ inline absl::Status CheckBitsAndHashes(int64_t m, int64_t h) {
   return ToAbsl(core::CheckBitsAndHashes(m, h));
 }
 
+// The padding check of ParseFilter(check_padding=true) on the filter's last
+// 32-bit word (bloom_decode.h), for a filter that is not in host memory.
+inline absl::Status CheckFilterPadding(uint32_t last_word, int64_t m) {
+  return ToAbsl(core::CheckPaddingWord(last_word, m));
+}
+
 // Checks a received filter against its claimed m and h and returns the
 // layout. The byte count must match exactly; the padding bits past m must be
 // zero (they are on every filter this library writes), which catches most
@@ -74,8 +80,8 @@ inline absl::Status ParseFilter(const tensorflow::Tensor& filter,
   if (!s.ok()) return s;
   s = CheckBitsAndHashes(m, h);
   if (!s.ok()) return s;
-  // The bytes are read only for the padding check (GPU callers check the
-  // padding on the device and pass check_padding=false).
+  // The bytes are read only for the padding check (callers whose filter is
+  // on a GPU pass check_padding=false and check its last word instead).
   const uint8_t* bytes = check_padding ? filter.flat<uint8_t>().data() : nullptr;
   s = ToAbsl(core::CheckFilterBytes(bytes, filter.NumElements(), m, check_padding));
   if (!s.ok()) return s;

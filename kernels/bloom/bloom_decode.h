@@ -36,6 +36,29 @@ inline ParseStatus CheckBitsAndHashes(int64_t m, int64_t h) {
   return ParseStatus();
 }
 
+// The padding bits past m (1 <= m) of a filter whose last 32-bit word (word
+// NumWords(m) - 1, the only one that holds them) is last_word must be zero.
+// The GPU kernels check the word they copy back from the device.
+inline ParseStatus CheckPaddingWord(uint32_t last_word, int64_t m) {
+  const int64_t word_start = (static_cast<int64_t>(NumWords(m)) - 1) * 32;
+  for (int64_t b = m; b < word_start + 32; ++b) {
+    if ((last_word >> (b - word_start)) & 1u) {
+      return ParseStatus::Invalid("filter has bit " + std::to_string(b) +
+                                  " set beyond filter_bits=" + std::to_string(m) +
+                                  "; the filter is corrupted");
+    }
+  }
+  return ParseStatus();
+}
+
+// The last 32-bit word of a filter of NumBytes(m) bytes in host memory (bit
+// k of word w is bit k % 8 of byte 4w + k / 8: little-endian, bloom.h).
+inline uint32_t LastWord(const uint8_t* bytes, int64_t m) {
+  const uint8_t* p = bytes + NumBytes(m) - 4;
+  return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
+         (static_cast<uint32_t>(p[2]) << 16) | (static_cast<uint32_t>(p[3]) << 24);
+}
+
 // A received filter of `size` bytes against its claimed m (checked by
 // CheckBitsAndHashes). The byte count must match exactly; the padding bits
 // past m must be zero (they are on every filter this library writes), which
@@ -51,15 +74,7 @@ inline ParseStatus CheckFilterBytes(const uint8_t* bytes, int64_t size, int64_t 
         " (4 * ceil(m / 32)); the filter is truncated, extended or paired with the wrong "
         "filter_bits");
   }
-  if (check_padding) {
-    for (int64_t b = m; b < want * 8; ++b) {
-      if (TestBit(bytes, static_cast<uint64_t>(b))) {
-        return ParseStatus::Invalid("filter has bit " + std::to_string(b) +
-                                    " set beyond filter_bits=" + std::to_string(m) +
-                                    "; the filter is corrupted");
-      }
-    }
-  }
+  if (check_padding) return CheckPaddingWord(LastWord(bytes, m), m);
   return ParseStatus();
 }
 

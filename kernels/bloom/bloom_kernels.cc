@@ -1,7 +1,9 @@
-// CPU kernels of the Bloom-filter index codec. The per-element logic (hashing,
-// bit layout, random-policy keys) comes from bloom.h and is shared with the
-// CUDA kernels; this file adds validation, threading and the selection
-// policies.
+// CPU kernels of the Bloom-filter index codec: the CPU functors of
+// BloomFilterInsert and BloomFilterQuery (whose OpKernels, shared with the
+// GPU, are in bloom_kernels.h), the CPU-only BloomFilterSelect with its
+// selection policies, and the CPU registrations. The per-element logic
+// (hashing, bit layout, random-policy keys) comes from bloom.h and is shared
+// with the CUDA kernels; this file adds threading.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -12,7 +14,9 @@
 #include "kernels/bloom/bloom.h"
 #include "kernels/bloom/bloom_args.h"
 #include "kernels/bloom/bloom_decode.h"
+#include "kernels/bloom/bloom_kernels.h"
 #include "kernels/common/cpu_parallel.h"
+#include "kernels/common/devices.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/platform/threadpool.h"
@@ -21,79 +25,27 @@ namespace deepreduce {
 namespace bloom {
 namespace {
 
-using ::tensorflow::DataTypeToEnum;
 using ::tensorflow::OpKernel;
 using ::tensorflow::OpKernelConstruction;
 using ::tensorflow::OpKernelContext;
 using ::tensorflow::Tensor;
 using ::tensorflow::TensorShape;
 
+}  // namespace
 
-
+// The CPU halves of BloomFilterInsert and BloomFilterQuery (the OpKernels:
+// bloom_kernels.h).
+namespace functor {
 
 template <typename Tidx>
-class BloomFilterInsertOp : public OpKernel {
- public:
-  explicit BloomFilterInsertOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("fpr", &fpr_));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("num_bits", &num_bits_));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("num_hashes", &num_hashes_));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("seed", &seed_));
-    OP_REQUIRES(ctx, num_bits_ >= 0 && num_bits_ <= kMaxBits,
-                absl::InvalidArgumentError(
-                    "num_bits must be 0 (derive from fpr) or in [1, 2^34], got " +
-                    std::to_string(num_bits_)));
-    OP_REQUIRES(ctx, num_hashes_ >= 0 && num_hashes_ <= kMaxHashes,
-                absl::InvalidArgumentError(
-                    "num_hashes must be 0 (derive from fpr) or in [1, 32], got " +
-                    std::to_string(num_hashes_)));
-    OP_REQUIRES(ctx,
-                (num_bits_ > 0 && num_hashes_ > 0) || (fpr_ > 0.0f && fpr_ < 1.0f),
-                absl::InvalidArgumentError(
-                    "fpr must lie in (0, 1) when num_bits or num_hashes is "
-                    "derived from it, got " + std::to_string(fpr_)));
-  }
+struct BloomInsert<CpuDevice, Tidx> {
+  absl::Status operator()(OpKernelContext* ctx, const BloomLayout& layout, const Tidx* idx,
+                          int64_t k, int64_t n, uint32_t* words, InsertCheck* check) const {
+    const uint32_t h = layout.num_hashes;
+    std::memset(words, 0, NumBytes(layout.num_bits));
+    check->first_bad = k;
+    if (k == 0) return absl::OkStatus();
 
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& indices_t = ctx->input(0);
-    OP_REQUIRES(ctx, indices_t.dims() == 1,
-                absl::InvalidArgumentError("indices must be a vector, got shape " +
-                                           indices_t.shape().DebugString()));
-    int64_t n;
-    OP_REQUIRES_OK(ctx, ParseUniverse(ctx->input(1), DataTypeToEnum<Tidx>::v(), &n));
-    const int64_t k = indices_t.NumElements();
-    OP_REQUIRES(ctx, k <= n,
-                absl::InvalidArgumentError(
-                    "cannot insert " + std::to_string(k) +
-                    " distinct indices into a universe of universe_size=" +
-                    std::to_string(n) + " positions"));
-    const uint64_t m = num_bits_ > 0 ? static_cast<uint64_t>(num_bits_)
-                                     : BitsForFpr(k, fpr_);
-    const uint32_t h = num_hashes_ > 0 ? static_cast<uint32_t>(num_hashes_)
-                                       : HashesForFpr(fpr_);
-    OP_REQUIRES(ctx, m <= static_cast<uint64_t>(kMaxBits),
-                absl::InvalidArgumentError(
-                    "the filter would need " + std::to_string(m) +
-                    " bits, more than 2^34; raise fpr"));
-    const BloomLayout layout = MakeLayout(m, h, static_cast<uint64_t>(seed_));
-
-    Tensor* filter_t = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(
-                            0, TensorShape({static_cast<int64_t>(NumBytes(m))}),
-                            &filter_t));
-    Tensor* bits_t = nullptr;
-    Tensor* hashes_t = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({}), &bits_t));
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, TensorShape({}), &hashes_t));
-    bits_t->scalar<int64_t>()() = static_cast<int64_t>(m);
-    hashes_t->scalar<int64_t>()() = h;
-    // TF allocates at least 64-byte aligned buffers, so the output can be
-    // written as uint32 words; byte order is little-endian on every target.
-    uint32_t* words = reinterpret_cast<uint32_t*>(filter_t->flat<uint8_t>().data());
-    std::memset(words, 0, NumBytes(m));
-    if (k == 0) return;
-
-    const Tidx* idx = indices_t.flat<Tidx>().data();
     // Duplicates are found with one bit per position (n/8 bytes, 1/32 of the
     // dense float32 tensor the indices came from) unless that bitmap would
     // dwarf the index set itself (a few indices out of a huge n): then a
@@ -103,29 +55,31 @@ class BloomFilterInsertOp : public OpKernel {
     Tensor seen_t;
     uint64_t* seen = nullptr;
     if (use_bitmap) {
-      OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_UINT64,
-                                             TensorShape({seen_words}), &seen_t));
+      TF_RETURN_IF_ERROR(ctx->allocate_temp(tensorflow::DT_UINT64, TensorShape({seen_words}),
+                                            &seen_t));
       seen = seen_t.flat<uint64_t>().data();
       std::memset(seen, 0, sizeof(uint64_t) * seen_words);
     } else {
       for (int64_t i = 0; i < k; ++i) {
         const int64_t v = static_cast<int64_t>(idx[i]);
-        OP_REQUIRES(ctx, v >= 0 && v < n,
-                    absl::InvalidArgumentError(
-                        "indices[" + std::to_string(i) + "] = " + std::to_string(v) +
-                        " is outside [0, universe_size=" + std::to_string(n) + ")"));
+        if (!(v >= 0 && v < n)) {
+          return absl::InvalidArgumentError(
+              "indices[" + std::to_string(i) + "] = " + std::to_string(v) +
+              " is outside [0, universe_size=" + std::to_string(n) + ")");
+        }
       }
       Tensor sorted_t;
-      OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_INT64, TensorShape({k}),
-                                             &sorted_t));
+      TF_RETURN_IF_ERROR(
+          ctx->allocate_temp(tensorflow::DT_INT64, TensorShape({k}), &sorted_t));
       int64_t* sorted = sorted_t.flat<int64_t>().data();
       std::copy(idx, idx + k, sorted);
       std::sort(sorted, sorted + k);
       for (int64_t i = 1; i < k; ++i) {
-        OP_REQUIRES(ctx, sorted[i] != sorted[i - 1],
-                    absl::InvalidArgumentError(
-                        "indices must be distinct, but " + std::to_string(sorted[i]) +
-                        " occurs more than once"));
+        if (sorted[i] == sorted[i - 1]) {
+          return absl::InvalidArgumentError("indices must be distinct, but " +
+                                            std::to_string(sorted[i]) +
+                                            " occurs more than once");
+        }
       }
     }
 
@@ -154,79 +108,68 @@ class BloomFilterInsertOp : public OpKernel {
           }
         });
     const int64_t bad = first_bad.load();
-    if (bad < k) {
-      const int64_t v = static_cast<int64_t>(idx[bad]);
-      OP_REQUIRES(ctx, v >= 0 && v < n,
-                  absl::InvalidArgumentError(
-                      "indices[" + std::to_string(bad) + "] = " + std::to_string(v) +
-                      " is outside [0, universe_size=" + std::to_string(n) + ")"));
-      ctx->CtxFailure(absl::InvalidArgumentError(
-          "indices must be distinct, but " + std::to_string(v) +
-          " occurs more than once (first repeat found at position " +
-          std::to_string(bad) + " or earlier)"));
-    }
+    check->first_bad = bad;
+    if (bad < k) check->bad_value = static_cast<int64_t>(idx[bad]);
+    return absl::OkStatus();
   }
-
- private:
-  float fpr_;
-  int64_t num_bits_;
-  int64_t num_hashes_;
-  int64_t seed_;
 };
 
 template <typename Tidx>
-class BloomFilterQueryOp : public OpKernel {
- public:
-  explicit BloomFilterQueryOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("seed", &seed_));
+struct BloomQuery<CpuDevice, Tidx> {
+  absl::Status LastWord(OpKernelContext* /*ctx*/, const uint8_t* filter,
+                        const BloomLayout& layout, uint32_t* last_word) const {
+    *last_word = core::LastWord(filter, static_cast<int64_t>(layout.num_bits));
+    return absl::OkStatus();
   }
 
-  void Compute(OpKernelContext* ctx) override {
-    BloomLayout layout;
-    OP_REQUIRES_OK(ctx, ParseFilter(ctx->input(0), ctx->input(2), ctx->input(3),
-                                    seed_, /*check_padding=*/true, &layout));
-    int64_t n;
-    OP_REQUIRES_OK(ctx, ParseUniverse(ctx->input(1), DataTypeToEnum<Tidx>::v(), &n));
-    const uint8_t* bytes = ctx->input(0).flat<uint8_t>().data();
-
+  // Pass 1: one bit per position, and the number of positives per block,
+  // turned into each block's output offset.
+  absl::Status Count(OpKernelContext* ctx, const BloomLayout& layout, const uint8_t* filter,
+                     int64_t n, int64_t* total, uint32_t* last_word) {
     const int64_t num_blocks = (n + kQueryBlock - 1) / kQueryBlock;
     const int64_t num_words = (n + 63) / 64;
-    Tensor hits_t, counts_t;
-    OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_UINT64,
-                                           TensorShape({num_words}), &hits_t));
-    OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_INT64,
-                                           TensorShape({num_blocks + 1}), &counts_t));
-    uint64_t* hits = hits_t.flat<uint64_t>().data();
-    int64_t* counts = counts_t.flat<int64_t>().data();
-
-    // Pass 1: one bit per position, and the number of positives per block.
+    TF_RETURN_IF_ERROR(ctx->allocate_temp(tensorflow::DT_UINT64, TensorShape({num_words}),
+                                          &hits_t_));
+    TF_RETURN_IF_ERROR(ctx->allocate_temp(tensorflow::DT_INT64,
+                                          TensorShape({num_blocks + 1}), &counts_t_));
+    uint64_t* hits = hits_t_.flat<uint64_t>().data();
+    int64_t* counts = counts_t_.flat<int64_t>().data();
     CpuPool(ctx)->ParallelFor(
         num_blocks, kQueryBlock * 10, [&](int64_t begin, int64_t end) {
           for (int64_t blk = begin; blk < end; ++blk) {
-            counts[blk] = core::QueryBlock(layout, bytes, n, blk, hits);
+            counts[blk] = core::QueryBlock(layout, filter, n, blk, hits);
           }
         });
-    int64_t total = 0;
+    int64_t sum = 0;
     for (int64_t blk = 0; blk < num_blocks; ++blk) {
       const int64_t c = counts[blk];
-      counts[blk] = total;
-      total += c;
+      counts[blk] = sum;
+      sum += c;
     }
-    Tensor* out_t = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({total}), &out_t));
-    Tidx* out = out_t->flat<Tidx>().data();
-    // Pass 2: each block writes its positives at its prefix offset.
+    *total = sum;
+    return LastWord(ctx, filter, layout, last_word);
+  }
+
+  // Pass 2: each block writes its positives at its offset.
+  absl::Status Write(OpKernelContext* ctx, int64_t n, Tidx* out) const {
+    const int64_t num_blocks = (n + kQueryBlock - 1) / kQueryBlock;
+    const uint64_t* hits = hits_t_.flat<uint64_t>().data();
+    const int64_t* counts = counts_t_.flat<int64_t>().data();
     CpuPool(ctx)->ParallelFor(
         num_blocks, kQueryBlock / 8, [&](int64_t begin, int64_t end) {
           for (int64_t blk = begin; blk < end; ++blk) {
             core::ExtractBlock(hits, n, blk, counts[blk], out);
           }
         });
+    return absl::OkStatus();
   }
 
- private:
-  int64_t seed_;
+  Tensor hits_t_, counts_t_;
 };
+
+}  // namespace functor
+
+namespace {
 
 template <typename Tidx>
 class BloomFilterSelectOp : public OpKernel {
@@ -537,11 +480,11 @@ class BloomFilterSelectOp : public OpKernel {
   REGISTER_KERNEL_BUILDER(Name("DeepReduce>BloomFilterInsert")            \
                               .Device(::tensorflow::DEVICE_CPU)           \
                               .TypeConstraint<T>("Tidx"),                 \
-                          BloomFilterInsertOp<T>);                         \
+                          BloomFilterInsertOp<CpuDevice, T>);              \
   REGISTER_KERNEL_BUILDER(Name("DeepReduce>BloomFilterQuery")             \
                               .Device(::tensorflow::DEVICE_CPU)           \
                               .TypeConstraint<T>("out_idx"),              \
-                          BloomFilterQueryOp<T>);                          \
+                          BloomFilterQueryOp<CpuDevice, T>);               \
   REGISTER_KERNEL_BUILDER(Name("DeepReduce>BloomFilterSelect")            \
                               .Device(::tensorflow::DEVICE_CPU)           \
                               .TypeConstraint<T>("Tidx"),                 \

@@ -89,31 +89,6 @@ inline absl::Status ConcatPieces(::tensorflow::OpKernelContext* ctx, std::vector
   return absl::OkStatus();
 }
 
-// SplitReshape: checks the input, allocates the outputs and lists one piece
-// per output.
-inline absl::Status SplitPieces(::tensorflow::OpKernelContext* ctx,
-                                const std::vector<::tensorflow::TensorShape>& shapes,
-                                int64_t total, std::vector<Piece>* pieces,
-                                int64_t* total_bytes) {
-  const ::tensorflow::Tensor& flat = ctx->input(0);
-  TF_RETURN_IF_ERROR(CheckFlat(flat, total));
-  ::tensorflow::OpOutputList outputs;
-  TF_RETURN_IF_ERROR(ctx->output_list("values", &outputs));
-  const char* in = flat.tensor_data().data();
-  const int64_t width = static_cast<int64_t>(::tensorflow::DataTypeSize(flat.dtype()));
-  int64_t offset = 0;
-  pieces->reserve(shapes.size());
-  for (size_t i = 0; i < shapes.size(); ++i) {
-    ::tensorflow::Tensor* out = nullptr;
-    TF_RETURN_IF_ERROR(outputs.allocate(static_cast<int>(i), shapes[i], &out));
-    const int64_t bytes = shapes[i].num_elements() * width;
-    pieces->push_back({MutableBytes(out), in + offset, bytes});
-    offset += bytes;
-  }
-  *total_bytes = offset;
-  return absl::OkStatus();
-}
-
 }  // namespace fusion
 }  // namespace deepreduce
 

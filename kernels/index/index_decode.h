@@ -135,19 +135,29 @@ inline void DecodeInt32Range(const uint8_t* body, int64_t begin, int64_t end, T*
 
 // ----------------------------------------------------------------- bitmap --
 
-// The body of a bitmap payload (`have` bytes) against its header: exactly
-// ceil(n / 8) bytes, no bit set past n. The count of set bits (which must be
-// K) is the caller's (CountBitmapBits over chunks, then BitmapCountMismatch).
-inline ParseStatus ParseBitmapBody(const CommonHeader& h, const uint8_t* body, uint64_t have) {
-  DR_RETURN_IF_PARSE_ERROR(CheckBodyLength("bitmap", have, BitmapBytes(h.n),
-                                           "universe size n=" + std::to_string(h.n) +
-                                               ", ceil(n / 8) bytes"));
+// A bitmap body (`have` bytes) holds exactly ceil(n / 8) bytes.
+inline ParseStatus CheckBitmapLength(const CommonHeader& h, uint64_t have) {
+  return CheckBodyLength("bitmap", have, BitmapBytes(h.n),
+                         "universe size n=" + std::to_string(h.n) + ", ceil(n / 8) bytes");
+}
+
+// No bit of the body's last byte `last` is set past n (when n % 8 != 0).
+inline ParseStatus CheckBitmapPadding(const CommonHeader& h, uint8_t last) {
   const int64_t n = static_cast<int64_t>(h.n);
-  if ((n & 7) != 0 && (body[have - 1] >> (n & 7)) != 0) {
+  if ((n & 7) != 0 && (last >> (n & 7)) != 0) {
     return Invalid("bitmap payload has bits set past the universe size n=" +
                    std::to_string(n) + "; it is corrupt");
   }
   return ParseStatus();
+}
+
+// The body of a bitmap payload (`have` bytes) against its header: exactly
+// ceil(n / 8) bytes, no bit set past n. The count of set bits (which must be
+// K) is the caller's (CountBitmapBits over chunks, then BitmapCountMismatch).
+inline ParseStatus ParseBitmapBody(const CommonHeader& h, const uint8_t* body, uint64_t have) {
+  DR_RETURN_IF_PARSE_ERROR(CheckBitmapLength(h, have));
+  if ((h.n & 7) == 0) return ParseStatus();  // no padding bits (and have may be 0)
+  return CheckBitmapPadding(h, body[have - 1]);
 }
 
 inline ParseStatus BitmapCountMismatch(uint64_t k, int64_t set) {
@@ -202,6 +212,23 @@ inline ParseStatus ParseRleCount(const CommonHeader& h, uint64_t have) {
   return ParseStatus();
 }
 
+// The rle decoders' failures (DecodeRle here, rle::DecodeResult on the GPU):
+// gap i of K truncated or not in shortest form; gap i = gap running past n;
+// `trailing` bytes after the K-th gap.
+inline ParseStatus RleBadGap(int64_t i, int64_t k) {
+  return Invalid("rle payload is corrupt: gap " + std::to_string(i) + " of K=" +
+                 std::to_string(k) + " is truncated or not in shortest form");
+}
+inline ParseStatus RleGapPastEnd(int64_t i, uint64_t gap, uint64_t n) {
+  return Invalid("rle payload is corrupt: gap " + std::to_string(i) + " = " +
+                 std::to_string(gap) + " runs past the universe size n=" + std::to_string(n));
+}
+inline ParseStatus RleTrailingBytes(int64_t trailing, int64_t k) {
+  return Invalid("rle payload has " + std::to_string(trailing) +
+                 " trailing bytes after its K=" + std::to_string(k) +
+                 " gaps; it is extended or corrupt");
+}
+
 // Decodes the K gaps of the body [p, end) into out (K entries). The gaps are
 // sequential by nature (a varint's start depends on all before it); this
 // loop runs at several hundred MB/s on one core.
@@ -212,24 +239,13 @@ inline ParseStatus DecodeRle(const CommonHeader& h, const uint8_t* p, const uint
   uint64_t next = 0;  // the smallest value the next index may take
   for (int64_t i = 0; i < k; ++i) {
     uint64_t gap;
-    if (!rle::GetGap(&p, end, &gap)) {
-      return Invalid("rle payload is corrupt: gap " + std::to_string(i) + " of K=" +
-                     std::to_string(k) + " is truncated or not in shortest form");
-    }
-    if (!(gap < h.n - next)) {
-      return Invalid("rle payload is corrupt: gap " + std::to_string(i) + " = " +
-                     std::to_string(gap) + " runs past the universe size n=" +
-                     std::to_string(h.n));
-    }
+    if (!rle::GetGap(&p, end, &gap)) return RleBadGap(i, k);
+    if (!(gap < h.n - next)) return RleGapPastEnd(i, gap, h.n);
     const uint64_t v = next + gap;
     out[i] = static_cast<T>(v);
     next = v + 1;
   }
-  if (p != end) {
-    return Invalid("rle payload has " + std::to_string(end - p) +
-                   " trailing bytes after its K=" + std::to_string(k) +
-                   " gaps; it is extended or corrupt");
-  }
+  if (p != end) return RleTrailingBytes(static_cast<int64_t>(end - p), k);
   return ParseStatus();
 }
 

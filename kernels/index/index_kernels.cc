@@ -1,7 +1,9 @@
-// CPU kernels of the lossless index codecs (int32, bitmap, rle, golomb). The
-// byte formats and per-element / per-block logic live in the codec headers
-// (index_format.h, rle.h, golomb.h), shared with the CUDA kernels; this file
-// adds validation, threading and memory management.
+// CPU kernels of the lossless index codecs (int32, bitmap, rle, golomb): the
+// CPU functors of the OpKernels (which are shared with the GPU:
+// index_kernels.h) and the CPU registrations. The byte formats and
+// per-element / per-block logic live in the codec headers (index_format.h,
+// rle.h, golomb.h, index_decode.h), shared with the CUDA kernels; this file
+// adds threading.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -10,11 +12,13 @@
 
 #include "kernels/common/bit_io.h"
 #include "kernels/common/cpu_parallel.h"
+#include "kernels/common/devices.h"
 #include "kernels/common/parse_status_tf.h"
 #include "kernels/index/golomb.h"
 #include "kernels/index/index_args.h"
 #include "kernels/index/index_decode.h"
 #include "kernels/index/index_format.h"
+#include "kernels/index/index_kernels.h"
 #include "kernels/index/rle.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
@@ -24,9 +28,6 @@ namespace deepreduce {
 namespace index {
 namespace {
 
-using ::tensorflow::DataTypeToEnum;
-using ::tensorflow::OpKernel;
-using ::tensorflow::OpKernelConstruction;
 using ::tensorflow::OpKernelContext;
 using ::tensorflow::Tensor;
 using ::tensorflow::TensorShape;
@@ -37,91 +38,104 @@ using ::tensorflow::TensorShape;
 constexpr int64_t kRleChunk = 16384;
 constexpr int64_t kBitmapChunkBytes = 8192;
 
-
-
-// indices must lie in [0, n) and increase strictly.
-template <typename T>
-absl::Status ValidateSorted(OpKernelContext* ctx, const T* idx, int64_t k, int64_t n,
-                            const char* name) {
-  std::atomic<int64_t> first_bad{k};
-  CpuPool(ctx)->ParallelFor(k, 4, [&](int64_t begin, int64_t end) {
-    const int64_t bad = core::FirstUnsorted(idx, begin, end, n);
-    if (bad < end) AtomicMin(&first_bad, bad);
+// Stream length S of every auto candidate 2^B (stream_bytes[B - min]) of the
+// golomb encoder. One pass over chunks of the largest candidate block, each
+// sized under all candidates while it is in cache; per-shard sums, no
+// scratch.
+template <typename Tidx>
+void AutoStreamBytes(tensorflow::thread::ThreadPool* pool, const Tidx* idx, int64_t k,
+                     int64_t* stream_bytes) {
+  constexpr int kChunkLog2 = golomb::kAutoMaxLog2Block;
+  constexpr int kCandidates = golomb::kAutoCandidates;
+  const int64_t chunks = (k + (int64_t{1} << kChunkLog2) - 1) >> kChunkLog2;
+  std::atomic<int64_t> totals[kCandidates];
+  for (auto& t : totals) t.store(0, std::memory_order_relaxed);
+  pool->ParallelFor(chunks, (int64_t{1} << kChunkLog2) * 8 * kCandidates,
+                    [&](int64_t begin, int64_t end) {
+    int64_t local[kCandidates] = {};
+    for (int64_t c = begin; c < end; ++c) {
+      for (int i = 0; i < kCandidates; ++i) {
+        const int log2_block = golomb::kAutoMinLog2Block + i;
+        const int per_chunk = kChunkLog2 - log2_block;
+        const int64_t blocks = (k + (int64_t{1} << log2_block) - 1) >> log2_block;
+        const int64_t stop = std::min(blocks, (c + 1) << per_chunk);
+        for (int64_t b = c << per_chunk; b < stop; ++b) {
+          uint64_t bits;
+          golomb::ChooseRiceParam(idx + (b << log2_block),
+                                  golomb::BlockCount(k, log2_block, b), &bits);
+          local[i] += static_cast<int64_t>((bits + 7) / 8);
+        }
+      }
+    }
+    for (int i = 0; i < kCandidates; ++i) {
+      totals[i].fetch_add(local[i], std::memory_order_relaxed);
+    }
   });
-  const int64_t bad = first_bad.load();
-  if (bad == k) return absl::OkStatus();
-  return SortedError(name, bad, bad > 0 ? static_cast<int64_t>(idx[bad - 1]) : 0,
-                     static_cast<int64_t>(idx[bad]), n);
+  for (int i = 0; i < kCandidates; ++i) stream_bytes[i] = totals[i].load();
 }
 
-// ---------------------------------------------------------------------------
-// Encoders: shared validation, then the codec's Encode().
+}  // namespace
 
-template <typename Tidx>
-class EncodeBase : public OpKernel {
- public:
-  explicit EncodeBase(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+// The CPU halves of the index codecs' OpKernels (index_kernels.h).
+namespace functor {
 
-  void Compute(OpKernelContext* ctx) override {
-    int64_t n = 0;
-    OP_REQUIRES_OK(ctx, ParseUniverse(ctx->input(1), &n));
-    const Tensor& indices_t = ctx->input(0);
-    OP_REQUIRES_OK(ctx, CheckIndicesShape(indices_t, n));
-    const int64_t k = indices_t.NumElements();
-    const Tidx* idx = indices_t.flat<Tidx>().data();
-    OP_REQUIRES_OK(ctx, ValidateSorted(ctx, idx, k, n, "indices"));
-    Encode(ctx, idx, k, n);
+template <>
+struct HostBytes<CpuDevice> {
+  absl::Status operator()(OpKernelContext* /*ctx*/, const uint8_t* src, int64_t /*bytes*/,
+                          Tensor* /*holder*/, const uint8_t** host) const {
+    *host = src;
+    return absl::OkStatus();
   }
+};
 
- protected:
-  virtual void Encode(OpKernelContext* ctx, const Tidx* idx, int64_t k, int64_t n) = 0;
-
-  // Allocates the payload and writes the common header; returns the body.
-  uint8_t* AllocatePayload(OpKernelContext* ctx, uint8_t codec, int64_t n, int64_t k,
-                           int64_t extra_header, int64_t body_bytes) {
-    const int64_t hdr = CommonHeaderSize(n, k);
-    Tensor* out = nullptr;
-    absl::Status s = ctx->allocate_output(0, TensorShape({hdr + extra_header + body_bytes}),
-                                          &out);
-    if (!s.ok()) {
-      ctx->CtxFailure(s);
-      return nullptr;
-    }
-    return PutCommonHeader(out->flat<uint8_t>().data(), codec, n, k);
+template <>
+struct WriteBytes<CpuDevice> {
+  absl::Status operator()(OpKernelContext* /*ctx*/, uint8_t* dst, const uint8_t* src,
+                          int len) const {
+    std::memcpy(dst, src, len);
+    return absl::OkStatus();
   }
 };
 
 template <typename Tidx>
-class EncodeInt32Op : public EncodeBase<Tidx> {
- public:
-  using EncodeBase<Tidx>::EncodeBase;
+struct FirstUnsorted<CpuDevice, Tidx> {
+  absl::Status operator()(OpKernelContext* ctx, const Tidx* idx, int64_t k, int64_t n,
+                          OrderCheck* check) const {
+    std::atomic<int64_t> first_bad{k};
+    CpuPool(ctx)->ParallelFor(k, 4, [&](int64_t begin, int64_t end) {
+      const int64_t bad = core::FirstUnsorted(idx, begin, end, n);
+      if (bad < end) AtomicMin(&first_bad, bad);
+    });
+    const int64_t bad = first_bad.load();
+    check->first_bad = bad;
+    if (bad < k) {
+      check->prev = bad > 0 ? static_cast<int64_t>(idx[bad - 1]) : 0;
+      check->value = static_cast<int64_t>(idx[bad]);
+    }
+    return absl::OkStatus();
+  }
+};
 
- protected:
-  void Encode(OpKernelContext* ctx, const Tidx* idx, int64_t k, int64_t n) override {
-    OP_REQUIRES(ctx, static_cast<uint64_t>(n) <= kMaxInt32Universe,
-                Invalid("the int32 index codec cannot address universe_size=" +
-                        std::to_string(n) + " > 2^31; use golomb, rle or bitmap"));
-    uint8_t* body = this->AllocatePayload(ctx, kCodecInt32, n, k, 0, 4 * k);
-    if (body == nullptr) return;
+// ------------------------------------------------------------- encoders --
+
+template <typename Tidx>
+struct Int32Encode<CpuDevice, Tidx> {
+  absl::Status operator()(OpKernelContext* ctx, const Tidx* idx, int64_t k,
+                          uint8_t* body) const {
     CpuPool(ctx)->ParallelFor(k, 2, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
         StoreLE32(body + 4 * i, static_cast<uint32_t>(idx[i]));
       }
     });
+    return absl::OkStatus();
   }
 };
 
 template <typename Tidx>
-class EncodeBitmapOp : public EncodeBase<Tidx> {
- public:
-  using EncodeBase<Tidx>::EncodeBase;
-
- protected:
-  void Encode(OpKernelContext* ctx, const Tidx* idx, int64_t k, int64_t n) override {
-    const int64_t bytes = static_cast<int64_t>(BitmapBytes(n));
-    uint8_t* body = this->AllocatePayload(ctx, kCodecBitmap, n, k, 0, bytes);
-    if (body == nullptr) return;
-    std::memset(body, 0, bytes);
+struct BitmapEncode<CpuDevice, Tidx> {
+  absl::Status operator()(OpKernelContext* ctx, const Tidx* idx, int64_t k, int64_t n,
+                          uint8_t* body) const {
+    std::memset(body, 0, BitmapBytes(n));
     // Indices are sorted, so only the bytes at the two ends of a work item can
     // be shared with a neighbouring item; those take an atomic OR.
     CpuPool(ctx)->ParallelFor(k, 3, [&](int64_t begin, int64_t end) {
@@ -137,118 +151,84 @@ class EncodeBitmapOp : public EncodeBase<Tidx> {
         }
       }
     });
+    return absl::OkStatus();
   }
 };
 
+// Size: bytes per chunk of kRleChunk gaps, turned into each chunk's offset;
+// Write: each chunk writes at its offset.
 template <typename Tidx>
-class EncodeRleOp : public EncodeBase<Tidx> {
- public:
-  using EncodeBase<Tidx>::EncodeBase;
+struct RleEncode<CpuDevice, Tidx> {
+  static uint64_t Gap(const Tidx* idx, int64_t i) {
+    return i == 0 ? static_cast<uint64_t>(idx[0])
+                  : static_cast<uint64_t>(idx[i]) - static_cast<uint64_t>(idx[i - 1]) - 1;
+  }
 
- protected:
-  void Encode(OpKernelContext* ctx, const Tidx* idx, int64_t k, int64_t n) override {
+  absl::Status Size(OpKernelContext* ctx, const Tidx* idx, int64_t k, int64_t* total) {
     const int64_t chunks = (k + kRleChunk - 1) / kRleChunk;
-    Tensor off_t;
-    OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_INT64, TensorShape({chunks + 1}),
-                                           &off_t));
-    int64_t* off = off_t.flat<int64_t>().data();
-    auto gap = [idx](int64_t i) -> uint64_t {
-      return i == 0 ? static_cast<uint64_t>(idx[0])
-                    : static_cast<uint64_t>(idx[i]) - static_cast<uint64_t>(idx[i - 1]) - 1;
-    };
-    // Pass 1: bytes per chunk; pass 2: each chunk writes at its prefix sum.
+    TF_RETURN_IF_ERROR(
+        ctx->allocate_temp(tensorflow::DT_INT64, TensorShape({chunks + 1}), &off_t_));
+    int64_t* off = off_t_.flat<int64_t>().data();
     CpuPool(ctx)->ParallelFor(chunks, kRleChunk * 4, [&](int64_t begin, int64_t end) {
       for (int64_t c = begin; c < end; ++c) {
         int64_t bytes = 0;
         for (int64_t i = c * kRleChunk, e = std::min(k, i + kRleChunk); i < e; ++i) {
-          bytes += rle::GapSize(gap(i));
+          bytes += rle::GapSize(Gap(idx, i));
         }
         off[c] = bytes;
       }
     });
-    int64_t total = 0;
+    int64_t sum = 0;
     for (int64_t c = 0; c < chunks; ++c) {
       const int64_t b = off[c];
-      off[c] = total;
-      total += b;
+      off[c] = sum;
+      sum += b;
     }
-    uint8_t* body = this->AllocatePayload(ctx, kCodecRle, n, k, 0, total);
-    if (body == nullptr) return;
+    *total = sum;
+    return absl::OkStatus();
+  }
+
+  absl::Status Write(OpKernelContext* ctx, const Tidx* idx, int64_t k, uint8_t* body) const {
+    const int64_t chunks = (k + kRleChunk - 1) / kRleChunk;
+    const int64_t* off = off_t_.flat<int64_t>().data();
     CpuPool(ctx)->ParallelFor(chunks, kRleChunk * 6, [&](int64_t begin, int64_t end) {
       for (int64_t c = begin; c < end; ++c) {
         uint8_t* p = body + off[c];
         for (int64_t i = c * kRleChunk, e = std::min(k, i + kRleChunk); i < e; ++i) {
-          p = rle::PutGap(p, gap(i));
+          p = rle::PutGap(p, Gap(idx, i));
         }
       }
     });
+    return absl::OkStatus();
   }
+
+  Tensor off_t_;
 };
 
+// Size: the Rice parameter and stream bytes of every block, turned into each
+// block's stream offset; Write: the table on this thread, the blocks over
+// the pool.
 template <typename Tidx>
-class EncodeGolombOp : public EncodeBase<Tidx> {
- public:
-  explicit EncodeGolombOp(OpKernelConstruction* ctx) : EncodeBase<Tidx>(ctx) {
-    int64_t block_size;
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("block_size", &block_size));
-    OP_REQUIRES_OK(ctx, ParseGolombBlockSize(block_size, &log2_block_));
+struct GolombEncode<CpuDevice, Tidx> {
+  absl::Status AutoBlock(OpKernelContext* ctx, const Tidx* idx, int64_t k, int64_t n,
+                         int* log2_block) const {
+    int64_t stream_bytes[golomb::kAutoCandidates];
+    AutoStreamBytes(CpuPool(ctx), idx, k, stream_bytes);
+    *log2_block = golomb::PickLog2Block(n, k, stream_bytes);
+    return absl::OkStatus();
   }
 
- protected:
-  // Stream length S of every auto candidate 2^B (stream_bytes[B - min]).
-  // One pass over chunks of the largest candidate block, each sized under
-  // all candidates while it is in cache; per-shard sums, no scratch.
-  static void AutoStreamBytes(tensorflow::thread::ThreadPool* pool, const Tidx* idx, int64_t k,
-                              int64_t* stream_bytes) {
-    constexpr int kChunkLog2 = golomb::kAutoMaxLog2Block;
-    constexpr int kCandidates = golomb::kAutoCandidates;
-    const int64_t chunks = (k + (int64_t{1} << kChunkLog2) - 1) >> kChunkLog2;
-    std::atomic<int64_t> totals[kCandidates];
-    for (auto& t : totals) t.store(0, std::memory_order_relaxed);
-    pool->ParallelFor(chunks, (int64_t{1} << kChunkLog2) * 8 * kCandidates,
-                      [&](int64_t begin, int64_t end) {
-      int64_t local[kCandidates] = {};
-      for (int64_t c = begin; c < end; ++c) {
-        for (int i = 0; i < kCandidates; ++i) {
-          const int log2_block = golomb::kAutoMinLog2Block + i;
-          const int per_chunk = kChunkLog2 - log2_block;
-          const int64_t blocks = (k + (int64_t{1} << log2_block) - 1) >> log2_block;
-          const int64_t stop = std::min(blocks, (c + 1) << per_chunk);
-          for (int64_t b = c << per_chunk; b < stop; ++b) {
-            uint64_t bits;
-            golomb::ChooseRiceParam(idx + (b << log2_block),
-                                    golomb::BlockCount(k, log2_block, b), &bits);
-            local[i] += static_cast<int64_t>((bits + 7) / 8);
-          }
-        }
-      }
-      for (int i = 0; i < kCandidates; ++i) {
-        totals[i].fetch_add(local[i], std::memory_order_relaxed);
-      }
-    });
-    for (int i = 0; i < kCandidates; ++i) stream_bytes[i] = totals[i].load();
-  }
-
-  void Encode(OpKernelContext* ctx, const Tidx* idx, int64_t k, int64_t n) override {
-    auto pool = CpuPool(ctx);
-    int log2_block = log2_block_;
-    if (log2_block == kGolombAutoBlock) {
-      int64_t stream_bytes[golomb::kAutoCandidates];
-      AutoStreamBytes(pool, idx, k, stream_bytes);
-      log2_block = golomb::PickLog2Block(n, k, stream_bytes);
-    }
-    const int64_t blocks = static_cast<int64_t>(
-        golomb::MakeLayout(n, k, log2_block, 0).num_blocks);
-    // Per block: Rice parameter, then (after the scan) its stream offset.
-    Tensor param_t, off_t;
-    OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_INT32, TensorShape({blocks}),
-                                           &param_t));
-    OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_INT64, TensorShape({blocks + 1}),
-                                           &off_t));
-    int32_t* param = param_t.flat<int32_t>().data();
-    int64_t* off = off_t.flat<int64_t>().data();
+  absl::Status Size(OpKernelContext* ctx, const Tidx* idx, int64_t k, int log2_block,
+                    int64_t* s) {
+    const int64_t blocks = (k + (int64_t{1} << log2_block) - 1) >> log2_block;  // num_blocks
+    TF_RETURN_IF_ERROR(
+        ctx->allocate_temp(tensorflow::DT_INT32, TensorShape({blocks}), &param_t_));
+    TF_RETURN_IF_ERROR(
+        ctx->allocate_temp(tensorflow::DT_INT64, TensorShape({blocks + 1}), &off_t_));
+    int32_t* param = param_t_.flat<int32_t>().data();
+    int64_t* off = off_t_.flat<int64_t>().data();
     const int64_t block_size = int64_t{1} << log2_block;
-    pool->ParallelFor(blocks, block_size * 6, [&](int64_t begin, int64_t end) {
+    CpuPool(ctx)->ParallelFor(blocks, block_size * 6, [&](int64_t begin, int64_t end) {
       for (int64_t b = begin; b < end; ++b) {
         const uint64_t count = golomb::BlockCount(k, log2_block, b);
         uint64_t bits;
@@ -256,202 +236,157 @@ class EncodeGolombOp : public EncodeBase<Tidx> {
         off[b] = static_cast<int64_t>((bits + 7) / 8);
       }
     });
-    int64_t s = 0;
+    int64_t sum = 0;
     for (int64_t b = 0; b < blocks; ++b) {
       const int64_t bytes = off[b];
-      off[b] = s;
-      s += bytes;
+      off[b] = sum;
+      sum += bytes;
     }
-    off[blocks] = s;
-    const golomb::Layout layout = golomb::MakeLayout(n, k, log2_block, s);
-    const int64_t table_bytes = (blocks * layout.entry_bits + 7) / 8;
-    const int64_t extra = 1 + VarintSize(s);
-    uint8_t* p = this->AllocatePayload(ctx, kCodecGolomb, n, k, extra, table_bytes + s);
-    if (p == nullptr) return;
-    *p++ = static_cast<uint8_t>(log2_block);
-    p = PutVarint(p, static_cast<uint64_t>(s));
-    BitWriter table(p);
+    off[blocks] = sum;
+    *s = sum;
+    return absl::OkStatus();
+  }
+
+  absl::Status Write(OpKernelContext* ctx, const Tidx* idx, int64_t k,
+                     const golomb::Layout& layout, uint8_t* table_out,
+                     uint8_t* stream) const {
+    const int log2_block = layout.log2_block;
+    const int64_t blocks = static_cast<int64_t>(layout.num_blocks);
+    const int32_t* param = param_t_.flat<int32_t>().data();
+    const int64_t* off = off_t_.flat<int64_t>().data();
+    BitWriter table(table_out);
     for (int64_t b = 0; b < blocks; ++b) {
       table.PutWide(static_cast<uint64_t>(idx[b << log2_block]), layout.w_idx);
       table.PutWide(static_cast<uint64_t>(off[b]), layout.w_off);
       table.Put(static_cast<uint64_t>(param[b]), golomb::kRiceParamBits);
     }
     table.Flush();
-    uint8_t* stream = p + table_bytes;
-    pool->ParallelFor(blocks, block_size * 8, [&](int64_t begin, int64_t end) {
+    const int64_t block_size = int64_t{1} << log2_block;
+    CpuPool(ctx)->ParallelFor(blocks, block_size * 8, [&](int64_t begin, int64_t end) {
       for (int64_t b = begin; b < end; ++b) {
         golomb::EncodeBlock(idx + (b << log2_block), golomb::BlockCount(k, log2_block, b),
                             param[b], stream + off[b]);
       }
     });
+    return absl::OkStatus();
   }
 
- private:
-  int log2_block_;  // kGolombAutoBlock: chosen per payload
+  Tensor param_t_, off_t_;
 };
 
-// ---------------------------------------------------------------------------
-// Decoders.
+// ------------------------------------------------------------- decoders --
 
 template <typename Tidx>
-class DecodeInt32Op : public OpKernel {
- public:
-  explicit DecodeInt32Op(OpKernelConstruction* ctx) : OpKernel(ctx) {}
-
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& payload = ctx->input(0);
-    CommonHeader h;
-    const uint8_t* body;
-    OP_REQUIRES_OK(ctx, ParseHeader(payload, kCodecInt32, DataTypeToEnum<Tidx>::v(), &h, &body));
-    const uint8_t* end = payload.flat<uint8_t>().data() + payload.NumElements();
-    OP_REQUIRES_OK(ctx, ToAbsl(core::ParseInt32Body(h, static_cast<uint64_t>(end - body))));
-    const int64_t k = static_cast<int64_t>(h.k);
-    Tensor* out_t = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({k}), &out_t));
-    Tidx* out = out_t->flat<Tidx>().data();
-    const int64_t n = static_cast<int64_t>(h.n);
+struct Int32Decode<CpuDevice, Tidx> {
+  absl::Status operator()(OpKernelContext* ctx, const uint8_t* body, int64_t k,
+                          Tidx* out) const {
     CpuPool(ctx)->ParallelFor(k, 2, [&](int64_t begin, int64_t end) {
       core::DecodeInt32Range(body, begin, end, out);
     });
-    absl::Status s = ValidateSorted(ctx, out, k, n, "decoded index");
-    OP_REQUIRES(ctx, s.ok(),
-                Invalid("int32 payload is corrupt: " + std::string(s.message())));
+    return absl::OkStatus();
   }
 };
 
+// Count: set bits per chunk of kBitmapChunkBytes, turned into each chunk's
+// output offset; Write: each chunk extracts its positions there.
 template <typename Tidx>
-class DecodeBitmapOp : public OpKernel {
- public:
-  explicit DecodeBitmapOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
-
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& payload = ctx->input(0);
-    CommonHeader h;
-    const uint8_t* body;
-    OP_REQUIRES_OK(ctx, ParseHeader(payload, kCodecBitmap, DataTypeToEnum<Tidx>::v(), &h, &body));
-    const uint8_t* end = payload.flat<uint8_t>().data() + payload.NumElements();
-    const uint64_t have = static_cast<uint64_t>(end - body);
-    OP_REQUIRES_OK(ctx, ToAbsl(core::ParseBitmapBody(h, body, have)));
-    const int64_t bytes = static_cast<int64_t>(have);
+struct BitmapDecode<CpuDevice, Tidx> {
+  absl::Status Count(OpKernelContext* ctx, const uint8_t* body, int64_t bytes,
+                     int64_t* total) {
     const int64_t chunks = (bytes + kBitmapChunkBytes - 1) / kBitmapChunkBytes;
-    Tensor off_t;
-    OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_INT64, TensorShape({chunks + 1}),
-                                           &off_t));
-    int64_t* off = off_t.flat<int64_t>().data();
-    auto pool = CpuPool(ctx);
-    pool->ParallelFor(chunks, kBitmapChunkBytes, [&](int64_t begin, int64_t end) {
+    TF_RETURN_IF_ERROR(
+        ctx->allocate_temp(tensorflow::DT_INT64, TensorShape({chunks + 1}), &off_t_));
+    int64_t* off = off_t_.flat<int64_t>().data();
+    CpuPool(ctx)->ParallelFor(chunks, kBitmapChunkBytes, [&](int64_t begin, int64_t end) {
       for (int64_t c = begin; c < end; ++c) {
         const int64_t i0 = c * kBitmapChunkBytes;
         off[c] = core::CountBitmapBits(body, i0, std::min(bytes, i0 + kBitmapChunkBytes));
       }
     });
-    int64_t total = 0;
+    int64_t sum = 0;
     for (int64_t c = 0; c < chunks; ++c) {
       const int64_t v = off[c];
-      off[c] = total;
-      total += v;
+      off[c] = sum;
+      sum += v;
     }
-    OP_REQUIRES(ctx, static_cast<uint64_t>(total) == h.k,
-                ToAbsl(core::BitmapCountMismatch(h.k, total)));
-    Tensor* out_t = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({total}), &out_t));
-    Tidx* out = out_t->flat<Tidx>().data();
-    pool->ParallelFor(chunks, kBitmapChunkBytes * 2, [&](int64_t begin, int64_t end) {
+    *total = sum;
+    return absl::OkStatus();
+  }
+
+  absl::Status Write(OpKernelContext* ctx, const uint8_t* body, int64_t bytes,
+                     Tidx* out) const {
+    const int64_t chunks = (bytes + kBitmapChunkBytes - 1) / kBitmapChunkBytes;
+    const int64_t* off = off_t_.flat<int64_t>().data();
+    CpuPool(ctx)->ParallelFor(chunks, kBitmapChunkBytes * 2, [&](int64_t begin, int64_t end) {
       for (int64_t c = begin; c < end; ++c) {
         const int64_t i0 = c * kBitmapChunkBytes;
         core::ExtractBitmapBits(body, i0, std::min(bytes, i0 + kBitmapChunkBytes), off[c], out);
       }
     });
+    return absl::OkStatus();
+  }
+
+  Tensor off_t_;
+};
+
+template <typename Tidx>
+struct RleDecode<CpuDevice, Tidx> {
+  absl::Status operator()(OpKernelContext* /*ctx*/, const CommonHeader& h,
+                          const uint8_t* body, int64_t bytes, Tidx* out) const {
+    return ToAbsl(core::DecodeRle(h, body, body + bytes, out));
   }
 };
 
 template <typename Tidx>
-class DecodeRleOp : public OpKernel {
- public:
-  explicit DecodeRleOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
-
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& payload = ctx->input(0);
-    CommonHeader h;
-    const uint8_t* p;
-    OP_REQUIRES_OK(ctx, ParseHeader(payload, kCodecRle, DataTypeToEnum<Tidx>::v(), &h, &p));
-    const uint8_t* end = payload.flat<uint8_t>().data() + payload.NumElements();
-    OP_REQUIRES_OK(ctx, ToAbsl(core::ParseRleCount(h, static_cast<uint64_t>(end - p))));
-    Tensor* out_t = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({static_cast<int64_t>(h.k)}),
-                                             &out_t));
-    OP_REQUIRES_OK(ctx, ToAbsl(core::DecodeRle(h, p, end, out_t->flat<Tidx>().data())));
-  }
-};
-
-template <typename Tidx>
-class DecodeGolombOp : public OpKernel {
- public:
-  explicit DecodeGolombOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
-
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& payload = ctx->input(0);
-    CommonHeader h;
-    const uint8_t* body;
-    OP_REQUIRES_OK(ctx, ParseHeader(payload, kCodecGolomb, DataTypeToEnum<Tidx>::v(), &h, &body));
-    const uint8_t* end = payload.flat<uint8_t>().data() + payload.NumElements();
-    golomb::Layout layout;
-    const uint8_t *table = nullptr, *stream = nullptr;
-    OP_REQUIRES_OK(ctx, ParseGolombLayout(h, body, end, &layout, &table, &stream));
+struct GolombDecode<CpuDevice, Tidx> {
+  absl::Status operator()(OpKernelContext* ctx, const CommonHeader& h,
+                          const golomb::Layout& layout, const uint8_t* stream,
+                          const uint64_t* table, Tidx* out, int64_t* first_bad_block) const {
     const int64_t blocks = static_cast<int64_t>(layout.num_blocks);
-    const int log2_block = layout.log2_block;
-
-    // Table: (first, offset, parameter) per block, checked before any block
-    // is decoded; offsets gain a sentinel at S.
-    Tensor tab_t;
-    OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_UINT64,
-                                           TensorShape({3 * blocks + 1}), &tab_t));
-    uint64_t* first = tab_t.flat<uint64_t>().data();
-    uint64_t* off = first + blocks;
-    uint64_t* param = off + blocks + 1;
-    OP_REQUIRES_OK(ctx, ParseGolombTable(h, layout, table, stream, first, off, param));
-
-    Tensor* out_t = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({static_cast<int64_t>(h.k)}),
-                                             &out_t));
-    Tidx* out = out_t->flat<Tidx>().data();
+    const uint64_t* first = table;
+    const uint64_t* off = first + blocks;
+    const uint64_t* param = off + blocks + 1;
     std::atomic<int64_t> first_bad{blocks};
-    const int64_t block_size = int64_t{1} << log2_block;
+    const int64_t block_size = int64_t{1} << layout.log2_block;
     CpuPool(ctx)->ParallelFor(blocks, block_size * 10, [&](int64_t begin, int64_t stop) {
       const int64_t bad =
           core::DecodeGolombBlocks(h, layout, stream, first, off, param, begin, stop, out);
       if (bad < stop) AtomicMin(&first_bad, bad);
     });
-    const int64_t bad = first_bad.load();
-    OP_REQUIRES(ctx, bad == blocks, GolombBlockError(h, layout, off, bad));
+    *first_bad_block = first_bad.load();
+    return absl::OkStatus();
   }
 };
+
+}  // namespace functor
+
+namespace {
 
 #define REGISTER_INDEX_CPU(T)                                                         \
   REGISTER_KERNEL_BUILDER(                                                            \
       Name("DeepReduce>IndexEncodeInt32").Device(::tensorflow::DEVICE_CPU)           \
-          .TypeConstraint<T>("Tidx"), EncodeInt32Op<T>);                              \
+          .TypeConstraint<T>("Tidx"), EncodeInt32Op<CpuDevice, T>);                              \
   REGISTER_KERNEL_BUILDER(                                                            \
       Name("DeepReduce>IndexEncodeBitmap").Device(::tensorflow::DEVICE_CPU)          \
-          .TypeConstraint<T>("Tidx"), EncodeBitmapOp<T>);                             \
+          .TypeConstraint<T>("Tidx"), EncodeBitmapOp<CpuDevice, T>);                             \
   REGISTER_KERNEL_BUILDER(                                                            \
       Name("DeepReduce>IndexEncodeRle").Device(::tensorflow::DEVICE_CPU)             \
-          .TypeConstraint<T>("Tidx"), EncodeRleOp<T>);                                \
+          .TypeConstraint<T>("Tidx"), EncodeRleOp<CpuDevice, T>);                                \
   REGISTER_KERNEL_BUILDER(                                                            \
       Name("DeepReduce>IndexEncodeGolomb").Device(::tensorflow::DEVICE_CPU)          \
-          .TypeConstraint<T>("Tidx"), EncodeGolombOp<T>);                             \
+          .TypeConstraint<T>("Tidx"), EncodeGolombOp<CpuDevice, T>);                             \
   REGISTER_KERNEL_BUILDER(                                                            \
       Name("DeepReduce>IndexDecodeInt32").Device(::tensorflow::DEVICE_CPU)           \
-          .TypeConstraint<T>("out_idx"), DecodeInt32Op<T>);                           \
+          .TypeConstraint<T>("out_idx"), DecodeInt32Op<CpuDevice, T>);                           \
   REGISTER_KERNEL_BUILDER(                                                            \
       Name("DeepReduce>IndexDecodeBitmap").Device(::tensorflow::DEVICE_CPU)          \
-          .TypeConstraint<T>("out_idx"), DecodeBitmapOp<T>);                          \
+          .TypeConstraint<T>("out_idx"), DecodeBitmapOp<CpuDevice, T>);                          \
   REGISTER_KERNEL_BUILDER(                                                            \
       Name("DeepReduce>IndexDecodeRle").Device(::tensorflow::DEVICE_CPU)             \
-          .TypeConstraint<T>("out_idx"), DecodeRleOp<T>);                             \
+          .TypeConstraint<T>("out_idx"), DecodeRleOp<CpuDevice, T>);                             \
   REGISTER_KERNEL_BUILDER(                                                            \
       Name("DeepReduce>IndexDecodeGolomb").Device(::tensorflow::DEVICE_CPU)          \
-          .TypeConstraint<T>("out_idx"), DecodeGolombOp<T>);
+          .TypeConstraint<T>("out_idx"), DecodeGolombOp<CpuDevice, T>);
 
 REGISTER_INDEX_CPU(int32_t);
 REGISTER_INDEX_CPU(int64_t);

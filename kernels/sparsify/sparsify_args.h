@@ -1,6 +1,6 @@
-// Argument validation shared by the CPU and GPU OpKernels of the sparsifiers
-// (host code, TF headers), and the segmented ops' OpKernel, templated on the
-// device. Every message names the argument and the value.
+// Argument validation of the sparsifiers' OpKernels (sparsify_kernels.h,
+// shared by the CPU and the GPU; host code, TF headers). Every message names
+// the argument and the value.
 #ifndef DEEPREDUCE_KERNELS_SPARSIFY_SPARSIFY_ARGS_H_
 #define DEEPREDUCE_KERNELS_SPARSIFY_SPARSIFY_ARGS_H_
 
@@ -11,7 +11,6 @@
 
 #include "absl/status/status.h"
 #include "kernels/sparsify/sparsify.h"
-#include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/framework/tensor_shape.h"
 #include "tensorflow/core/framework/types.h"
@@ -170,47 +169,6 @@ inline absl::Status CheckSegments(const tensorflow::Tensor& x_t,
   seg->k = k;
   return absl::OkStatus();
 }
-
-// Devices of the templated OpKernels (the op class is shared; only the
-// functor that does the device work is specialised per device).
-struct CpuDevice {};
-struct GpuDevice {};
-
-namespace functor {
-// Fills idx and val (seg.total_k > 0 entries each, allocated on the op's
-// device) with every segment's selection: top-k, or random-k with `seed`
-// (sparsify.h). x is the op's input 0 on its device; seg's tables are in
-// host memory. CPU: sparsify_kernels.cc; GPU: sparsify_kernels_gpu.cc.
-template <typename Device, typename T, bool kRandom>
-struct SegmentedSelect {
-  absl::Status operator()(tensorflow::OpKernelContext* ctx, const Segments& seg, const T* x,
-                          uint64_t seed, int64_t* idx, T* val) const;
-};
-}  // namespace functor
-
-// SegmentedTopK (kRandom false) and SegmentedRandomK (true) on any device:
-// the arguments' checks, the output shapes and the empty case are this one
-// class's; offsets, k and seed are host tensors on every device.
-template <typename Device, typename T, bool kRandom>
-class SegmentedSelectOp : public tensorflow::OpKernel {
- public:
-  explicit SegmentedSelectOp(tensorflow::OpKernelConstruction* ctx) : OpKernel(ctx) {}
-
-  void Compute(tensorflow::OpKernelContext* ctx) override {
-    int64_t seed = 0;
-    if (kRandom) OP_REQUIRES_OK(ctx, ScalarInt64(ctx->input(3), "seed", &seed));
-    Segments seg;
-    OP_REQUIRES_OK(ctx, CheckSegments(ctx->input(0), ctx->input(1), ctx->input(2), &seg));
-    tensorflow::Tensor *idx_t = nullptr, *val_t = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, tensorflow::TensorShape({seg.total_k}), &idx_t));
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, tensorflow::TensorShape({seg.total_k}), &val_t));
-    if (seg.total_k == 0) return;
-    OP_REQUIRES_OK(ctx, functor::SegmentedSelect<Device, T, kRandom>()(
-                            ctx, seg, ctx->input(0).flat<T>().data(),
-                            static_cast<uint64_t>(seed), idx_t->flat<int64_t>().data(),
-                            val_t->flat<T>().data()));
-  }
-};
 
 }  // namespace sparsify
 }  // namespace deepreduce

@@ -1,6 +1,8 @@
-// CPU kernels of the sparsifiers. The keys (magnitude bits, random-k hash)
-// and the radix-level layout come from sparsify.h and are shared with the
-// CUDA kernels; this file adds validation, threading and the selection.
+// CPU kernels of the sparsifiers: the CPU functors of the OpKernels (which
+// are shared with the GPU: sparsify_kernels.h, validation in sparsify_args.h)
+// and the CPU registrations. The keys (magnitude bits, random-k hash) and the
+// radix-level layout come from sparsify.h and are shared with the CUDA
+// kernels; this file adds threading and the selection.
 //
 // Top-k and random-k select the k largest keys (SelectLargest) of a key
 // functor, by one of two exact methods:
@@ -45,8 +47,10 @@
 #include <string>
 
 #include "kernels/common/cpu_parallel.h"
+#include "kernels/common/devices.h"
 #include "kernels/sparsify/sparsify.h"
 #include "kernels/sparsify/sparsify_args.h"
+#include "kernels/sparsify/sparsify_kernels.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/framework/types.h"
@@ -57,8 +61,6 @@ namespace sparsify {
 namespace {
 
 using ::tensorflow::DataTypeToEnum;
-using ::tensorflow::OpKernel;
-using ::tensorflow::OpKernelConstruction;
 using ::tensorflow::OpKernelContext;
 using ::tensorflow::Tensor;
 using ::tensorflow::TensorShape;
@@ -835,8 +837,101 @@ absl::Status SelectSegments(OpKernelContext* ctx, const Segments& seg, const T* 
 
 }  // namespace
 
-// The CPU half of the segmented ops (SegmentedSelectOp, sparsify_args.h).
+// The CPU halves of the sparsifiers' OpKernels (sparsify_kernels.h).
 namespace functor {
+
+template <typename T, typename Tidx, bool kRandom>
+struct SelectK<CpuDevice, T, Tidx, kRandom> {
+  absl::Status operator()(OpKernelContext* ctx, const T* x, int64_t n, int64_t k,
+                          uint64_t seed, Tidx* out_idx, T* out_val) const {
+    PoolExec exec(ctx);
+    if (k == n) {
+      SelectAll(exec, n, x, out_idx, out_val, /*base=*/0);
+      return absl::OkStatus();
+    }
+    if constexpr (kRandom) {
+      const RandomKeys keys{SeedMix(seed)};
+      return SelectLargest(exec, keys, n, k, x, out_idx, out_val, /*base=*/0);
+    } else {
+      using F = typename FloatOf<T>::F;
+      const MagnitudeKeys<F> keys{reinterpret_cast<const typename F::U*>(x)};
+      return SelectLargest(exec, keys, n, k, x, out_idx, out_val, /*base=*/0);
+    }
+  }
+};
+
+// Count marks the selected positions in a bitmap and counts them per block
+// (turned into each block's output offset); Write writes them from the
+// bitmap, reading x only there.
+template <typename T, typename Tidx>
+struct ThresholdSelect<CpuDevice, T, Tidx> {
+  using F = typename FloatOf<T>::F;
+  using U = typename F::U;
+  static constexpr int64_t kWordsPerBlock = kBlock / 64;
+
+  absl::Status Count(OpKernelContext* ctx, const T* x, int64_t n, U t_key, int64_t* total) {
+    const U* bits = reinterpret_cast<const U*>(x);
+    const int64_t num_blocks = (n + kBlock - 1) / kBlock;
+    TF_RETURN_IF_ERROR(
+        ctx->allocate_temp(tensorflow::DT_INT64, TensorShape({num_blocks}), &off_t_));
+    TF_RETURN_IF_ERROR(
+        ctx->allocate_temp(tensorflow::DT_UINT64, TensorShape({(n + 63) / 64}), &mark_t_));
+    int64_t* off = off_t_.flat<int64_t>().data();
+    uint64_t* mark = mark_t_.flat<uint64_t>().data();
+    CpuPool(ctx)->ParallelFor(
+        num_blocks, ThreadPool::SchedulingParams::Adaptive(kBlock * 2),
+        [&](int64_t begin, int64_t end) {
+          const MagnitudeKeys<F> keys{bits};
+          for (int64_t b = begin; b < end; ++b) {
+            const int64_t lo = b * kBlock;
+            const int64_t hi = std::min(n, lo + kBlock);
+            uint64_t* m = mark + b * kWordsPerBlock;
+            int64_t c = 0, unused = 0;
+            MarkBlock(keys, lo, hi, t_key, std::numeric_limits<U>::max(), m, &unused, &c);
+            off[b] = c;
+          }
+        });
+    int64_t sum = 0;
+    for (int64_t b = 0; b < num_blocks; ++b) {
+      const int64_t c = off[b];
+      off[b] = sum;
+      sum += c;
+    }
+    *total = sum;
+    return absl::OkStatus();
+  }
+
+  absl::Status Write(OpKernelContext* ctx, const T* x, int64_t n, Tidx* out_idx,
+                     T* out_val) const {
+    const int64_t num_blocks = (n + kBlock - 1) / kBlock;
+    const int64_t* off = off_t_.flat<int64_t>().data();
+    const uint64_t* mark = mark_t_.flat<uint64_t>().data();
+    CpuPool(ctx)->ParallelFor(
+        num_blocks, ThreadPool::SchedulingParams::Adaptive(kBlock / 4),
+        [&](int64_t begin, int64_t end) {
+          for (int64_t b = begin; b < end; ++b) {
+            const int64_t lo = b * kBlock;
+            const int64_t hi = std::min(n, lo + kBlock);
+            const uint64_t* m = mark + b * kWordsPerBlock;
+            int64_t o = off[b];
+            for (int64_t w = 0; lo + 64 * w < hi; ++w) {
+              uint64_t word = m[w];
+              while (word) {
+                const int64_t i = lo + 64 * w + __builtin_ctzll(word);
+                word &= word - 1;
+                out_idx[o] = static_cast<Tidx>(i);
+                out_val[o] = x[i];
+                ++o;
+              }
+            }
+          }
+        });
+    return absl::OkStatus();
+  }
+
+  Tensor off_t_, mark_t_;
+};
+
 template <typename T, bool kRandom>
 struct SegmentedSelect<CpuDevice, T, kRandom> {
   absl::Status operator()(OpKernelContext* ctx, const Segments& seg, const T* x,
@@ -859,155 +954,22 @@ struct SegmentedSelect<CpuDevice, T, kRandom> {
 
 namespace {
 
-template <typename T, typename Tidx>
-class TopKOp : public OpKernel {
- public:
-  explicit TopKOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
-
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& x_t = ctx->input(0);
-    int64_t n, k;
-    OP_REQUIRES_OK(ctx, CheckSize<Tidx>(x_t, &n));
-    OP_REQUIRES_OK(ctx, ScalarInt64(ctx->input(1), "k", &k));
-    OP_REQUIRES_OK(ctx, CheckK(k, n));
-    Tensor *idx_t = nullptr, *val_t = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({k}), &idx_t));
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({k}), &val_t));
-    if (k == 0) return;
-    const T* x = x_t.flat<T>().data();
-    Tidx* out_idx = idx_t->flat<Tidx>().data();
-    T* out_val = val_t->flat<T>().data();
-    PoolExec exec(ctx);
-    if (k == n) {
-      SelectAll(exec, n, x, out_idx, out_val, /*base=*/0);
-      return;
-    }
-    using F = typename FloatOf<T>::F;
-    const MagnitudeKeys<F> keys{reinterpret_cast<const typename F::U*>(x)};
-    OP_REQUIRES_OK(ctx, SelectLargest(exec, keys, n, k, x, out_idx, out_val, /*base=*/0));
-  }
-};
-
-template <typename T, typename Tidx>
-class RandomKOp : public OpKernel {
- public:
-  explicit RandomKOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
-
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& x_t = ctx->input(0);
-    int64_t n, k, seed;
-    OP_REQUIRES_OK(ctx, CheckSize<Tidx>(x_t, &n));
-    OP_REQUIRES_OK(ctx, ScalarInt64(ctx->input(1), "k", &k));
-    OP_REQUIRES_OK(ctx, ScalarInt64(ctx->input(2), "seed", &seed));
-    OP_REQUIRES_OK(ctx, CheckK(k, n));
-    Tensor *idx_t = nullptr, *val_t = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({k}), &idx_t));
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({k}), &val_t));
-    if (k == 0) return;
-    const T* x = x_t.flat<T>().data();
-    Tidx* out_idx = idx_t->flat<Tidx>().data();
-    T* out_val = val_t->flat<T>().data();
-    PoolExec exec(ctx);
-    if (k == n) {
-      SelectAll(exec, n, x, out_idx, out_val, /*base=*/0);
-      return;
-    }
-    const RandomKeys keys{SeedMix(static_cast<uint64_t>(seed))};
-    OP_REQUIRES_OK(ctx, SelectLargest(exec, keys, n, k, x, out_idx, out_val, /*base=*/0));
-  }
-};
-
-template <typename T, typename Tidx>
-class ThresholdSelectOp : public OpKernel {
- public:
-  explicit ThresholdSelectOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
-
-  void Compute(OpKernelContext* ctx) override {
-    using F = typename FloatOf<T>::F;
-    using U = typename F::U;
-    const Tensor& x_t = ctx->input(0);
-    int64_t n;
-    OP_REQUIRES_OK(ctx, CheckSize<Tidx>(x_t, &n));
-    U t_key;
-    OP_REQUIRES_OK(ctx, ThresholdKey<T>(ctx->input(1), &t_key));
-    const MagnitudeKeys<F> keys{reinterpret_cast<const U*>(x_t.flat<T>().data())};
-    const T* x = x_t.flat<T>().data();
-
-    // Pass 1 marks the selected positions in a bitmap and counts them per
-    // block; pass 2 writes them from the bitmap, reading x only there.
-    const int64_t num_blocks = (n + kBlock - 1) / kBlock;
-    constexpr int64_t kWordsPerBlock = kBlock / 64;
-    Tensor off_t, mark_t;
-    OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_INT64,
-                                           TensorShape({num_blocks}), &off_t));
-    OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_UINT64,
-                                           TensorShape({(n + 63) / 64}), &mark_t));
-    int64_t* off = off_t.flat<int64_t>().data();
-    uint64_t* mark = mark_t.flat<uint64_t>().data();
-    ThreadPool* pool = CpuPool(ctx);
-    pool->ParallelFor(
-        num_blocks, ThreadPool::SchedulingParams::Adaptive(kBlock * 2),
-        [&](int64_t begin, int64_t end) {
-          for (int64_t b = begin; b < end; ++b) {
-            const int64_t lo = b * kBlock;
-            const int64_t hi = std::min(n, lo + kBlock);
-            uint64_t* m = mark + b * kWordsPerBlock;
-            int64_t c = 0, unused = 0;
-            MarkBlock(keys, lo, hi, t_key, std::numeric_limits<U>::max(), m, &unused, &c);
-            off[b] = c;
-          }
-        });
-    int64_t total = 0;
-    for (int64_t b = 0; b < num_blocks; ++b) {
-      const int64_t c = off[b];
-      off[b] = total;
-      total += c;
-    }
-    Tensor *idx_t = nullptr, *val_t = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({total}), &idx_t));
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({total}), &val_t));
-    if (total == 0) return;
-    Tidx* out_idx = idx_t->flat<Tidx>().data();
-    T* out_val = val_t->flat<T>().data();
-    pool->ParallelFor(
-        num_blocks, ThreadPool::SchedulingParams::Adaptive(kBlock / 4),
-        [&](int64_t begin, int64_t end) {
-          for (int64_t b = begin; b < end; ++b) {
-            const int64_t lo = b * kBlock;
-            const int64_t hi = std::min(n, lo + kBlock);
-            const uint64_t* m = mark + b * kWordsPerBlock;
-            int64_t o = off[b];
-            for (int64_t w = 0; lo + 64 * w < hi; ++w) {
-              uint64_t word = m[w];
-              while (word) {
-                const int64_t i = lo + 64 * w + __builtin_ctzll(word);
-                word &= word - 1;
-                out_idx[o] = static_cast<Tidx>(i);
-                out_val[o] = x[i];
-                ++o;
-              }
-            }
-          }
-        });
-  }
-};
-
 #define REGISTER_SPARSIFY_CPU(T, Tidx)                                       \
   REGISTER_KERNEL_BUILDER(Name("DeepReduce>TopK")                           \
                               .Device(::tensorflow::DEVICE_CPU)             \
                               .TypeConstraint<T>("T")                       \
                               .TypeConstraint<Tidx>("out_idx"),             \
-                          TopKOp<T, Tidx>);                                  \
+                          SelectKOp<CpuDevice, T, Tidx, false>);             \
   REGISTER_KERNEL_BUILDER(Name("DeepReduce>RandomK")                        \
                               .Device(::tensorflow::DEVICE_CPU)             \
                               .TypeConstraint<T>("T")                       \
                               .TypeConstraint<Tidx>("out_idx"),             \
-                          RandomKOp<T, Tidx>);                               \
+                          SelectKOp<CpuDevice, T, Tidx, true>);              \
   REGISTER_KERNEL_BUILDER(Name("DeepReduce>ThresholdSelect")                \
                               .Device(::tensorflow::DEVICE_CPU)             \
                               .TypeConstraint<T>("T")                       \
                               .TypeConstraint<Tidx>("out_idx"),             \
-                          ThresholdSelectOp<T, Tidx>);
+                          ThresholdSelectOp<CpuDevice, T, Tidx>);
 
 #define REGISTER_SPARSIFY_CPU_ALL_IDX(T) \
   REGISTER_SPARSIFY_CPU(T, int32_t)      \
@@ -1021,8 +983,7 @@ REGISTER_SPARSIFY_CPU_ALL_IDX(double);
 #undef REGISTER_SPARSIFY_CPU
 
 // Segmented ops: int64 indices only (positions in a bucket of many
-// variables). The op class is shared with the GPU registration
-// (sparsify_kernels_gpu.cc); this file supplies the CPU functor.
+// variables).
 #define REGISTER_SEGMENTED_CPU(T)                                            \
   REGISTER_KERNEL_BUILDER(Name("DeepReduce>SegmentedTopK")                  \
                               .Device(::tensorflow::DEVICE_CPU)             \

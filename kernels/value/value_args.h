@@ -1,10 +1,11 @@
-// Argument and payload validation of the value codecs, shared by the CPU
-// kernels (value_kernels.cc) and the GPU kernels (value_kernels_gpu.cc) so
-// that both reject the same input with the same InvalidArgumentError text.
+// Argument and payload validation of the value codecs, for their OpKernels
+// (value_kernels.h, one class per op for the CPU and the GPU) and the
+// CPU-only deflate kernels, so that every device rejects the same input with
+// the same InvalidArgumentError text.
 //
-// The payload parsers work on host bytes: the CPU kernels pass the tensor's
-// buffer, the GPU kernels a copy of the payload's prefix (the header and
-// fixed fields; all of it for the small polyfit and dexp payloads). Checks
+// The payload parsers work on host bytes: on the CPU the tensor's buffer, on
+// the GPU a copy of the payload's prefix (the header and fixed fields; all of
+// it for the small polyfit and dexp payloads). Checks
 // that need the sections of a large payload (qsgd's scales and codes) or the
 // values (finiteness) run where the data is; only their messages are here.
 // Uses TensorFlow headers: not for CUDA translation units.

@@ -1,8 +1,10 @@
-// CPU kernels of the value codecs (polyfit, dexp, qsgd, fp16, bf16, deflate).
-// Per-element and per-segment logic comes from the codec headers and is
-// shared with CUDA code; this file adds validation, sorting, segmentation,
-// threading and the payload layout checks. Every decoder checks the header
-// and every length against the buffer it holds before reading a section.
+// CPU kernels of the value codecs (polyfit, dexp, qsgd, fp16, bf16, deflate):
+// the CPU functors of the OpKernels that are shared with the GPU
+// (value_kernels.h), the CPU-only deflate kernels, and the CPU
+// registrations. Per-element and per-segment logic comes from the codec
+// headers and is shared with CUDA code; this file adds sorting, threading
+// and deflate. Every decoder checks the header and every length against the
+// buffer it holds before reading a section.
 #include <algorithm>
 #include <atomic>
 #include <cfloat>
@@ -14,6 +16,7 @@
 #include <type_traits>
 
 #include "kernels/common/cpu_parallel.h"
+#include "kernels/common/devices.h"
 #include "kernels/common/parse_status_tf.h"
 #include "kernels/value/deflate_decode.h"
 #include "kernels/value/dexp.h"
@@ -24,6 +27,7 @@
 #include "kernels/value/value_args.h"
 #include "kernels/value/value_decode.h"
 #include "kernels/value/value_format.h"
+#include "kernels/value/value_kernels.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/platform/threadpool.h"
@@ -32,14 +36,11 @@ namespace deepreduce {
 namespace value {
 namespace {
 
-using ::tensorflow::DataTypeToEnum;
 using ::tensorflow::OpKernel;
 using ::tensorflow::OpKernelConstruction;
 using ::tensorflow::OpKernelContext;
 using ::tensorflow::Tensor;
 using ::tensorflow::TensorShape;
-
-
 
 // Allocates a scratch buffer of `count` objects of T (trivially copyable).
 template <typename T>
@@ -51,15 +52,8 @@ absl::Status AllocateScratch(OpKernelContext* ctx, int64_t count, Tensor* t, T**
   return absl::OkStatus();
 }
 
-// `values` must be a float32 vector; the lossy codecs also require every
-// value to be finite (a fit or a quantizer has no faithful image of NaN/Inf).
-absl::Status CheckValues(OpKernelContext* ctx, const Tensor& t, const char* codec,
-                         bool require_finite) {
-  absl::Status st = CheckValuesShape(t, codec);
-  if (!st.ok()) return st;
-  const int64_t k = t.NumElements();
-  if (!require_finite || k == 0) return absl::OkStatus();
-  const float* v = t.flat<float>().data();
+// The first position of a NaN/Inf among the k values (k if none).
+int64_t FirstNonFinite(OpKernelContext* ctx, const float* v, int64_t k) {
   std::atomic<int64_t> first_bad{k};
   CpuPool(ctx)->ParallelFor(k, 2, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
@@ -69,7 +63,19 @@ absl::Status CheckValues(OpKernelContext* ctx, const Tensor& t, const char* code
       }
     }
   });
-  const int64_t bad = first_bad.load();
+  return first_bad.load();
+}
+
+// `values` must be a float32 vector; the lossy codecs also require every
+// value to be finite (a fit or a quantizer has no faithful image of NaN/Inf).
+absl::Status CheckValues(OpKernelContext* ctx, const Tensor& t, const char* codec,
+                         bool require_finite) {
+  absl::Status st = CheckValuesShape(t, codec);
+  if (!st.ok()) return st;
+  const int64_t k = t.NumElements();
+  if (!require_finite || k == 0) return absl::OkStatus();
+  const float* v = t.flat<float>().data();
+  const int64_t bad = FirstNonFinite(ctx, v, k);
   if (bad < k) return NonFiniteValue(codec, bad, v[bad]);
   return absl::OkStatus();
 }
@@ -88,7 +94,7 @@ absl::Status ParseHeader(const Tensor& payload, uint8_t codec, uint64_t* k) {
 // values y. LSD radix sort over the 32-bit order key, stable, so equal values
 // keep position order; 4 passes of 8 bits over (key << 32 | position).
 template <typename Tidx>
-absl::Status SortDescending(OpKernelContext* ctx, const float* v, int64_t k, Tidx* perm,
+absl::Status RadixSortDescending(OpKernelContext* ctx, const float* v, int64_t k, Tidx* perm,
                             float* y) {
   Tensor a_t, b_t;
   uint64_t *a, *b;
@@ -120,138 +126,6 @@ absl::Status SortDescending(OpKernelContext* ctx, const float* v, int64_t k, Tid
   return absl::OkStatus();
 }
 
-// ------------------------------------------------------------- polyfit --
-
-class PolyfitEncodeBase : public OpKernel {
- public:
-  explicit PolyfitEncodeBase(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ParsePolyfitAttrs(ctx, &attrs_));
-  }
-
- protected:
-  // Segment lengths of the sorted values y into lens (capacity >= max(segs, 2));
-  // returns the count.
-  absl::Status Segment(OpKernelContext* ctx, const float* y, int64_t k, int64_t segs,
-                       int64_t* lens, int64_t* count) const {
-    const int64_t p = polyfit::SignSplit(y, k);
-    if (attrs_.seg_kind == polyfit::kSegGeometric) {
-      *count = polyfit::GeometricLayout(k, p, segs, lens);
-      return absl::OkStatus();
-    }
-    const int64_t cap = std::max<int64_t>(segs, 2);
-    Tensor seg_t;
-    polyfit::GreedySeg* seg;
-    absl::Status s = AllocateScratch(ctx, cap, &seg_t, &seg);
-    if (!s.ok()) return s;
-    *count = polyfit::GreedyLayout(y, k, p, segs, attrs_.degree, seg, lens);
-    return absl::OkStatus();
-  }
-
-  PolyfitAttrs attrs_;
-};
-
-template <typename Tidx>
-class PolyfitEncodeOp : public PolyfitEncodeBase {
- public:
-  using PolyfitEncodeBase::PolyfitEncodeBase;
-
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& values_t = ctx->input(0);
-    OP_REQUIRES_OK(ctx, CheckValues(ctx, values_t, "polyfit", true));
-    const int64_t k = values_t.NumElements();
-    OP_REQUIRES_OK(ctx, CheckSortable<Tidx>("polyfit", k));
-    Tensor* perm_t = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({k}), &perm_t));
-    Tensor y_t;
-    float* y;
-    OP_REQUIRES_OK(ctx, AllocateScratch(ctx, k, &y_t, &y));
-    if (k > 0) {
-      OP_REQUIRES_OK(ctx, SortDescending(ctx, values_t.flat<float>().data(), k,
-                                         perm_t->flat<Tidx>().data(), y));
-    }
-
-    int64_t num_segs = 0;
-    Tensor lens_t;
-    int64_t* lens;
-    const int64_t want = polyfit::WantedSegments(k, attrs_.segments);
-    OP_REQUIRES_OK(ctx, AllocateScratch(ctx, std::max<int64_t>(want, 2), &lens_t, &lens));
-    if (k > 0) OP_REQUIRES_OK(ctx, Segment(ctx, y, k, want, lens, &num_segs));
-
-    // The fixed blocked order of polyfit.h's fit plan (shared with the GPU).
-    const int degree = attrs_.degree;
-    int64_t num_blocks, num_coefs;
-    polyfit::PlanSizes(lens, num_segs, degree, &num_blocks, &num_coefs);
-    Tensor blocks_t, plan_t, lsq_t;
-    polyfit::FitBlock* blocks;
-    polyfit::SegPlan* plan;
-    GivensLsq* lsq;
-    OP_REQUIRES_OK(ctx, AllocateScratch(ctx, num_blocks, &blocks_t, &blocks));
-    OP_REQUIRES_OK(ctx, AllocateScratch(ctx, num_segs, &plan_t, &plan));
-    OP_REQUIRES_OK(ctx, AllocateScratch(ctx, num_blocks, &lsq_t, &lsq));
-    polyfit::MakePlan(lens, num_segs, degree, blocks, plan);
-    const int cols = degree + 1;
-    CpuPool(ctx)->ParallelFor(num_blocks, polyfit::kFitBlock * cols * cols * 6,
-                              [&](int64_t begin, int64_t end) {
-      BlockedLsq work;
-      for (int64_t b = begin; b < end; ++b) {
-        polyfit::FitBlockRows(y, blocks[b], degree, &lsq[b], &work);
-      }
-    });
-
-    const int64_t size = polyfit::PayloadBytes(num_segs, num_coefs);
-    Tensor* payload_t = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({size}), &payload_t));
-    uint8_t* out = payload_t->flat<uint8_t>().data();
-    polyfit::WriteFixed(out, static_cast<uint64_t>(k), degree, attrs_.seg_kind, num_segs);
-    for (int64_t s = 0; s < num_segs; ++s) {
-      const int code = polyfit::FinishSegment(plan[s], s, num_segs,
-                                              lsq + plan[s].first_block, out);
-      OP_REQUIRES(ctx, code == polyfit::kSegOk, PolyfitSegmentError(s, code));
-    }
-  }
-};
-
-absl::Status ParsePolyfit(const Tensor& payload, int64_t max_values, PolyfitView* v) {
-  absl::Status s = CheckPayloadShape(payload, kCodecPolyfit);
-  if (!s.ok()) return s;
-  return ParsePolyfitBytes(payload.flat<uint8_t>().data(), payload.NumElements(),
-                           max_values, v);
-}
-
-class PolyfitDecodeOp : public OpKernel {
- public:
-  explicit PolyfitDecodeOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("max_values", &max_values_));
-  }
-
-  void Compute(OpKernelContext* ctx) override {
-    PolyfitView v;
-    OP_REQUIRES_OK(ctx, ParsePolyfit(ctx->input(0), max_values_, &v));
-    const int64_t k = static_cast<int64_t>(v.k);
-    Tensor* out_t = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({k}), &out_t));
-    if (k == 0) return;
-    // start[q]: first sorted position of segment q; coef offsets likewise.
-    Tensor start_t, coff_t;
-    int64_t *start, *coff;
-    OP_REQUIRES_OK(ctx, AllocateScratch(ctx, v.num_segs + 1, &start_t, &start));
-    OP_REQUIRES_OK(ctx, AllocateScratch(ctx, v.num_segs + 1, &coff_t, &coff));
-    PolyfitTables(v, start, coff);
-    // Coefficients as float (the payload may be unaligned: copy once).
-    Tensor cf_t;
-    float* cf;
-    OP_REQUIRES_OK(ctx, AllocateScratch(ctx, coff[v.num_segs], &cf_t, &cf));
-    std::memcpy(cf, v.coefs, 4 * coff[v.num_segs]);
-    float* out = out_t->flat<float>().data();
-    CpuPool(ctx)->ParallelFor(k, 4 * (v.degree + 2), [&](int64_t begin, int64_t end) {
-      core::DecodePolyfitRange(v, start, coff, cf, begin, end, out);
-    });
-  }
-
- private:
-  int64_t max_values_;
-};
-
 // ---------------------------------------------------------------- dexp --
 
 // Jacquelin's integral-equation fit of one part (dexp.h's FitPartHost), the
@@ -282,62 +156,48 @@ absl::Status FitPart(OpKernelContext* ctx, const dexp::Part& part, dexp::Coefs* 
   return absl::OkStatus();
 }
 
-template <typename Tidx>
-class DexpEncodeOp : public OpKernel {
- public:
-  explicit DexpEncodeOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+}  // namespace
 
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& values_t = ctx->input(0);
-    OP_REQUIRES_OK(ctx, CheckValues(ctx, values_t, "dexp", true));
-    const int64_t k = values_t.NumElements();
-    OP_REQUIRES_OK(ctx, CheckSortable<Tidx>("dexp", k));
-    Tensor* perm_t = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({k}), &perm_t));
-    Tensor y_t;
-    float* y;
-    OP_REQUIRES_OK(ctx, AllocateScratch(ctx, k, &y_t, &y));
-    if (k > 0) {
-      OP_REQUIRES_OK(ctx, SortDescending(ctx, values_t.flat<float>().data(), k,
-                                         perm_t->flat<Tidx>().data(), y));
-    }
-    const int64_t p = polyfit::SignSplit(y, k);
-    dexp::Coefs coefs[2];
-    // One part after the other, each parallel over its blocks.
-    for (int i = 0; i < 2; ++i) {
-      OP_REQUIRES_OK(ctx, FitPart(ctx, dexp::MakePart(y, k, p, i), &coefs[i]));
-    }
-    Tensor* payload_t = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({dexp::kPayloadBytes}),
-                                             &payload_t));
-    dexp::WritePayload(payload_t->flat<uint8_t>().data(), static_cast<uint64_t>(k),
-                       static_cast<uint64_t>(p), coefs[0], coefs[1]);
+// The CPU halves of the value codecs' OpKernels (value_kernels.h).
+namespace functor {
+
+template <>
+struct HostBytes<CpuDevice> {
+  absl::Status operator()(OpKernelContext* /*ctx*/, const uint8_t* src, int64_t /*bytes*/,
+                          Tensor* /*holder*/, const uint8_t** host) const {
+    *host = src;
+    return absl::OkStatus();
   }
 };
 
-class DexpDecodeOp : public OpKernel {
- public:
-  explicit DexpDecodeOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("max_values", &max_values_));
-  }
+// ----------------------------------------------------------- fp16/bf16 --
 
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& payload = ctx->input(0);
-    OP_REQUIRES_OK(ctx, CheckPayloadShape(payload, kCodecDexp));
-    uint64_t k, pos;
-    dexp::Coefs c[2];
-    OP_REQUIRES_OK(ctx, ParseDexpBytes(payload.flat<uint8_t>().data(), payload.NumElements(),
-                                       max_values_, &k, &pos, c));
-    Tensor* out_t = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({static_cast<int64_t>(k)}), &out_t));
-    float* out = out_t->flat<float>().data();
-    CpuPool(ctx)->ParallelFor(static_cast<int64_t>(k), 60, [&](int64_t begin, int64_t end) {
-      core::DecodeDexpRange(c, pos, k, begin, end, out);
+template <uint8_t kCodec>
+struct HalfEncode<CpuDevice, kCodec> {
+  absl::Status operator()(OpKernelContext* ctx, const float* v, int64_t k,
+                          uint8_t* out) const {
+    WriteHeader(out, kCodec, static_cast<uint64_t>(k));
+    uint8_t* dst = out + kHeaderBytes;
+    CpuPool(ctx)->ParallelFor(k, 4, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        PutU16(dst + 2 * i, kCodec == kCodecFp16 ? halfcast::FloatToFp16(v[i])
+                                                 : halfcast::FloatToBf16(v[i]));
+      }
     });
+    return absl::OkStatus();
   }
+};
 
- private:
-  int64_t max_values_;
+template <uint8_t kCodec>
+struct HalfDecode<CpuDevice, kCodec> {
+  absl::Status operator()(OpKernelContext* ctx, const uint8_t* payload, int64_t k,
+                          float* out) const {
+    const uint8_t* src = payload + kHeaderBytes;
+    CpuPool(ctx)->ParallelFor(k, 4, [&](int64_t begin, int64_t end) {
+      core::DecodeHalfRange<kCodec>(src, begin, end, out);
+    });
+    return absl::OkStatus();
+  }
 };
 
 // ---------------------------------------------------------------- qsgd --
@@ -345,39 +205,21 @@ class DexpDecodeOp : public OpKernel {
 // Elements per work item of the bit packer (value_decode.h).
 using core::kQsgdChunk;
 
-class QsgdEncodeOp : public OpKernel {
- public:
-  explicit QsgdEncodeOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    int64_t levels, bucket;
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("levels", &levels));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("bucket_size", &bucket));
-    OP_REQUIRES(ctx, levels >= 1 && levels <= qsgd::kMaxLevels,
-                Invalid("levels must lie in [1, 255] (1..8 bits), got " +
-                        std::to_string(levels)));
-    OP_REQUIRES(ctx, bucket >= 1 && bucket <= qsgd::kMaxBucket,
-                Invalid("bucket_size must lie in [1, 2^30], got " + std::to_string(bucket)));
-    levels_ = static_cast<uint32_t>(levels);
-    bucket_ = static_cast<uint32_t>(bucket);
-  }
-
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& values_t = ctx->input(0);
-    OP_REQUIRES_OK(ctx, CheckValues(ctx, values_t, "qsgd", true));
-    const Tensor& seed_t = ctx->input(1);
-    OP_REQUIRES(ctx, tensorflow::TensorShapeUtils::IsScalar(seed_t.shape()),
-                Invalid("seed must be a scalar, got shape " + seed_t.shape().DebugString()));
-    const uint64_t seed_mix = qsgd::SeedMix(static_cast<uint64_t>(seed_t.scalar<int64_t>()()));
-    const int64_t k = values_t.NumElements();
-    const QsgdLayout l = MakeQsgdLayout(k, levels_, bucket_);
-    Tensor* payload_t = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(
-                            0, TensorShape({static_cast<int64_t>(l.size)}), &payload_t));
-    uint8_t* out = payload_t->flat<uint8_t>().data();
+template <>
+struct QsgdEncode<CpuDevice> {
+  absl::Status operator()(OpKernelContext* ctx, const float* v, int64_t k,
+                          const QsgdLayout& l, uint64_t seed, uint8_t* out,
+                          int64_t* first_bad, float* bad_value) const {
+    *first_bad = FirstNonFinite(ctx, v, k);
+    if (*first_bad < k) {
+      *bad_value = v[*first_bad];
+      return absl::OkStatus();
+    }
+    const uint64_t seed_mix = qsgd::SeedMix(seed);
     WriteHeader(out, kCodecQsgd, static_cast<uint64_t>(k));
     PutU32(out + 16, l.s);
     PutU32(out + 20, l.bucket);
-    if (k == 0) return;
-    const float* v = values_t.flat<float>().data();
+    if (k == 0) return absl::OkStatus();
     uint8_t* scales = out + qsgd::kFixedBytes;
     uint8_t* codes = scales + 4 * l.num_buckets;
     const int64_t nb = static_cast<int64_t>(l.num_buckets);
@@ -420,87 +262,139 @@ class QsgdEncodeOp : public OpKernel {
         if (nbits > 0) *dst = static_cast<uint8_t>(acc);  // only the last chunk
       }
     });
+    return absl::OkStatus();
   }
-
- private:
-  uint32_t levels_, bucket_;
 };
 
-class QsgdDecodeOp : public OpKernel {
- public:
-  explicit QsgdDecodeOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
-
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& payload = ctx->input(0);
-    uint64_t k;
-    OP_REQUIRES_OK(ctx, ParseHeader(payload, kCodecQsgd, &k));
-    const int64_t size = payload.NumElements();
-    const uint8_t* p = payload.flat<uint8_t>().data();
-    QsgdLayout l;
-    OP_REQUIRES_OK(ctx, ParseQsgdFixed(p, size, k, &l));
-    OP_REQUIRES_OK(ctx, ToAbsl(core::CheckQsgdSections(p, l)));
-    Tensor* out_t = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({static_cast<int64_t>(k)}), &out_t));
-    float* out = out_t->flat<float>().data();
-    const int64_t kk = static_cast<int64_t>(k);
+template <>
+struct QsgdDecode<CpuDevice> {
+  absl::Status operator()(OpKernelContext* ctx, const uint8_t* p, int64_t /*size*/,
+                          const QsgdLayout& l, float* out, int64_t* first_bad_code) const {
+    TF_RETURN_IF_ERROR(ToAbsl(core::CheckQsgdSections(p, l)));
+    const int64_t kk = static_cast<int64_t>(l.k);
     const int64_t chunks = (kk + kQsgdChunk - 1) / kQsgdChunk;
     std::atomic<int64_t> first_bad{kk};
     CpuPool(ctx)->ParallelFor(chunks, kQsgdChunk * 10, [&](int64_t begin, int64_t end) {
       const int64_t bad = core::DecodeQsgdChunks(p, l, begin, end, out);
       if (bad < kk) AtomicMin(&first_bad, bad);
     });
-    const int64_t bad = first_bad.load();
-    OP_REQUIRES(ctx, bad == kk, QsgdBadCode(bad, l.s));
+    *first_bad_code = first_bad.load();
+    return absl::OkStatus();
   }
 };
 
-// ----------------------------------------------------------- fp16/bf16 --
+// ------------------------------------------------------------- polyfit --
 
-template <uint8_t kCodec>
-class HalfEncodeOp : public OpKernel {
- public:
-  explicit HalfEncodeOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+template <>
+struct PolyfitDecode<CpuDevice> {
+  absl::Status operator()(OpKernelContext* ctx, const PolyfitView& v, const int64_t* start,
+                          const int64_t* coff, float* out) const {
+    // Coefficients as float (the payload may be unaligned: copy once).
+    Tensor cf_t;
+    float* cf;
+    TF_RETURN_IF_ERROR(AllocateScratch(ctx, coff[v.num_segs], &cf_t, &cf));
+    std::memcpy(cf, v.coefs, 4 * coff[v.num_segs]);
+    const int64_t k = static_cast<int64_t>(v.k);
+    CpuPool(ctx)->ParallelFor(k, 4 * (v.degree + 2), [&](int64_t begin, int64_t end) {
+      core::DecodePolyfitRange(v, start, coff, cf, begin, end, out);
+    });
+    return absl::OkStatus();
+  }
+};
 
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& values_t = ctx->input(0);
-    OP_REQUIRES_OK(ctx, CheckValues(ctx, values_t, CodecName(kCodec), false));
-    const int64_t k = values_t.NumElements();
-    Tensor* payload_t = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({kHeaderBytes + 2 * k}),
-                                             &payload_t));
-    uint8_t* out = payload_t->flat<uint8_t>().data();
-    WriteHeader(out, kCodec, static_cast<uint64_t>(k));
-    const float* v = values_t.flat<float>().data();
-    uint8_t* dst = out + kHeaderBytes;
-    CpuPool(ctx)->ParallelFor(k, 4, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        PutU16(dst + 2 * i, kCodec == kCodecFp16 ? halfcast::FloatToFp16(v[i])
-                                                 : halfcast::FloatToBf16(v[i]));
+template <>
+struct PolyfitGreedy<CpuDevice> {
+  absl::Status operator()(OpKernelContext* ctx, const float* y, int64_t k, int64_t p_count,
+                          int64_t segs, int degree, int64_t* lens, int64_t* count) const {
+    Tensor seg_t;
+    polyfit::GreedySeg* seg;
+    TF_RETURN_IF_ERROR(AllocateScratch(ctx, std::max<int64_t>(segs, 2), &seg_t, &seg));
+    *count = polyfit::GreedyLayout(y, k, p_count, segs, degree, seg, lens);
+    return absl::OkStatus();
+  }
+};
+
+template <>
+struct PolyfitFit<CpuDevice> {
+  absl::Status operator()(OpKernelContext* ctx, const float* y, int64_t k, int degree,
+                          uint8_t seg_kind, const polyfit::FitBlock* blocks, int64_t num_blocks,
+                          const polyfit::SegPlan* plan, int64_t num_segs, uint8_t* out,
+                          int64_t /*size*/, int64_t* bad_segment, int* code) const {
+    Tensor lsq_t;
+    GivensLsq* lsq;
+    TF_RETURN_IF_ERROR(AllocateScratch(ctx, num_blocks, &lsq_t, &lsq));
+    const int cols = degree + 1;
+    CpuPool(ctx)->ParallelFor(num_blocks, polyfit::kFitBlock * cols * cols * 6,
+                              [&](int64_t begin, int64_t end) {
+      BlockedLsq work;
+      for (int64_t b = begin; b < end; ++b) {
+        polyfit::FitBlockRows(y, blocks[b], degree, &lsq[b], &work);
       }
     });
+    polyfit::WriteFixed(out, static_cast<uint64_t>(k), degree, seg_kind, num_segs);
+    for (int64_t s = 0; s < num_segs; ++s) {
+      const int c = polyfit::FinishSegment(plan[s], s, num_segs, lsq + plan[s].first_block, out);
+      if (c != polyfit::kSegOk) {
+        *bad_segment = s;
+        *code = c;
+        break;
+      }
+    }
+    return absl::OkStatus();
   }
 };
 
-template <uint8_t kCodec>
-class HalfDecodeOp : public OpKernel {
- public:
-  explicit HalfDecodeOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+// ---------------------------------------------------------------- dexp --
 
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& payload = ctx->input(0);
-    uint64_t k;
-    OP_REQUIRES_OK(ctx, ParseHeader(payload, kCodec, &k));
-    const int64_t size = payload.NumElements();
-    OP_REQUIRES_OK(ctx, CheckHalfSize(kCodec, size, k));
-    Tensor* out_t = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({static_cast<int64_t>(k)}), &out_t));
-    float* out = out_t->flat<float>().data();
-    const uint8_t* src = payload.flat<uint8_t>().data() + kHeaderBytes;
-    CpuPool(ctx)->ParallelFor(static_cast<int64_t>(k), 4, [&](int64_t begin, int64_t end) {
-      core::DecodeHalfRange<kCodec>(src, begin, end, out);
+template <>
+struct DexpDecode<CpuDevice> {
+  absl::Status operator()(OpKernelContext* ctx, const dexp::Coefs c[2], int64_t pos, int64_t k,
+                          float* out) const {
+    const uint64_t p = static_cast<uint64_t>(pos), kk = static_cast<uint64_t>(k);
+    CpuPool(ctx)->ParallelFor(k, 60, [&](int64_t begin, int64_t end) {
+      core::DecodeDexpRange(c, p, kk, begin, end, out);
     });
+    return absl::OkStatus();
   }
 };
+
+template <>
+struct DexpFit<CpuDevice> {
+  absl::Status operator()(OpKernelContext* ctx, const float* y, int64_t k, int64_t p_count,
+                          uint8_t* out) const {
+    dexp::Coefs coefs[2];
+    // One part after the other, each parallel over its blocks.
+    for (int i = 0; i < 2; ++i) {
+      TF_RETURN_IF_ERROR(FitPart(ctx, dexp::MakePart(y, k, p_count, i), &coefs[i]));
+    }
+    dexp::WritePayload(out, static_cast<uint64_t>(k), static_cast<uint64_t>(p_count), coefs[0],
+                       coefs[1]);
+    return absl::OkStatus();
+  }
+};
+
+// ------------------------------------------------ polyfit / dexp encode --
+
+template <typename Tidx>
+struct SortDescending<CpuDevice, Tidx> {
+  absl::Status CheckFinite(OpKernelContext* ctx, const float* v, int64_t k,
+                           const char* codec) const {
+    const int64_t bad = FirstNonFinite(ctx, v, k);
+    if (bad < k) return NonFiniteValue(codec, bad, v[bad]);
+    return absl::OkStatus();
+  }
+
+  absl::Status operator()(OpKernelContext* ctx, const float* v, int64_t k, Tidx* perm, float* y,
+                          const char* /*codec*/, int64_t* p_count) const {
+    if (k > 0) TF_RETURN_IF_ERROR(RadixSortDescending(ctx, v, k, perm, y));
+    *p_count = polyfit::SignSplit(y, k);
+    return absl::OkStatus();
+  }
+};
+
+}  // namespace functor
+
+namespace {
 
 // ------------------------------------------------------------- deflate --
 // Payload layout: deflate_decode.h.
@@ -587,36 +481,31 @@ class DeflateDecodeOp : public OpKernel {
   REGISTER_KERNEL_BUILDER(                                                           \
       Name("DeepReduce>PolyfitEncode").Device(::tensorflow::DEVICE_CPU)              \
           .TypeConstraint<T>("out_idx"),                                             \
-      PolyfitEncodeOp<T>);                                                           \
+      PolyfitEncodeOp<CpuDevice, T>);                                                \
   REGISTER_KERNEL_BUILDER(                                                           \
       Name("DeepReduce>DexpEncode").Device(::tensorflow::DEVICE_CPU)                 \
           .TypeConstraint<T>("out_idx"),                                             \
-      DexpEncodeOp<T>);
+      DexpEncodeOp<CpuDevice, T>);
 
 REGISTER_SORTING_CPU(int32_t);
 REGISTER_SORTING_CPU(int64_t);
 #undef REGISTER_SORTING_CPU
 
-REGISTER_KERNEL_BUILDER(Name("DeepReduce>PolyfitDecode").Device(::tensorflow::DEVICE_CPU),
-                        PolyfitDecodeOp);
-REGISTER_KERNEL_BUILDER(Name("DeepReduce>DexpDecode").Device(::tensorflow::DEVICE_CPU),
-                        DexpDecodeOp);
-REGISTER_KERNEL_BUILDER(Name("DeepReduce>QsgdEncode").Device(::tensorflow::DEVICE_CPU),
-                        QsgdEncodeOp);
-REGISTER_KERNEL_BUILDER(Name("DeepReduce>QsgdDecode").Device(::tensorflow::DEVICE_CPU),
-                        QsgdDecodeOp);
-REGISTER_KERNEL_BUILDER(Name("DeepReduce>Fp16Encode").Device(::tensorflow::DEVICE_CPU),
-                        HalfEncodeOp<kCodecFp16>);
-REGISTER_KERNEL_BUILDER(Name("DeepReduce>Fp16Decode").Device(::tensorflow::DEVICE_CPU),
-                        HalfDecodeOp<kCodecFp16>);
-REGISTER_KERNEL_BUILDER(Name("DeepReduce>Bf16Encode").Device(::tensorflow::DEVICE_CPU),
-                        HalfEncodeOp<kCodecBf16>);
-REGISTER_KERNEL_BUILDER(Name("DeepReduce>Bf16Decode").Device(::tensorflow::DEVICE_CPU),
-                        HalfDecodeOp<kCodecBf16>);
-REGISTER_KERNEL_BUILDER(Name("DeepReduce>DeflateEncode").Device(::tensorflow::DEVICE_CPU),
-                        DeflateEncodeOp);
-REGISTER_KERNEL_BUILDER(Name("DeepReduce>DeflateDecode").Device(::tensorflow::DEVICE_CPU),
-                        DeflateDecodeOp);
+#define DR_REGISTER_CPU(name, ...) \
+  REGISTER_KERNEL_BUILDER(         \
+      Name("DeepReduce>" name).Device(::tensorflow::DEVICE_CPU), __VA_ARGS__)
+
+DR_REGISTER_CPU("PolyfitDecode", PolyfitDecodeOp<CpuDevice>);
+DR_REGISTER_CPU("DexpDecode", DexpDecodeOp<CpuDevice>);
+DR_REGISTER_CPU("QsgdEncode", QsgdEncodeOp<CpuDevice>);
+DR_REGISTER_CPU("QsgdDecode", QsgdDecodeOp<CpuDevice>);
+DR_REGISTER_CPU("Fp16Encode", HalfEncodeOp<CpuDevice, kCodecFp16>);
+DR_REGISTER_CPU("Fp16Decode", HalfDecodeOp<CpuDevice, kCodecFp16>);
+DR_REGISTER_CPU("Bf16Encode", HalfEncodeOp<CpuDevice, kCodecBf16>);
+DR_REGISTER_CPU("Bf16Decode", HalfDecodeOp<CpuDevice, kCodecBf16>);
+DR_REGISTER_CPU("DeflateEncode", DeflateEncodeOp);
+DR_REGISTER_CPU("DeflateDecode", DeflateDecodeOp);
+#undef DR_REGISTER_CPU
 
 }  // namespace
 }  // namespace value
