@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One entry point for a fresh machine: creates .venv (Python 3.11), installs the
 # pinned dependencies and deepreduce_tf with its compiled ops, then runs a job.
-#   bash build_deps/dev.sh test   [pytest args]   # the test suite
+#   bash build_deps/dev.sh test   [pytest args]   # the test suite (or the test
+#                                                 # files/folders the args name)
 #   bash build_deps/dev.sh bench  [bench args]    # the main benchmark: deepreduce-bench
 #     (default: uncompressed vs compressed training of ResNet-20 on Fashion-MNIST)
 #   bash build_deps/dev.sh setup                  # install only
@@ -65,7 +66,15 @@ fi
 say "$(.venv/bin/python build_deps/get_fashion_mnist.py --log "$log" 2>>"$log")"
 say "ready in $((SECONDS - t0)) s"
 case "$job" in
-  test)  exec .venv/bin/pytest -p no:cacheprovider tests "$@" ;;
+  test)
+    # The whole suite, unless the arguments name test files or folders
+    # (e.g. tests/ops, or tests/ops/test_bloom.py::test_round_trip).
+    for a in "$@"; do
+      if [ "${a#-}" = "$a" ] && [ -e "${a%%::*}" ]; then
+        exec .venv/bin/pytest -p no:cacheprovider "$@"
+      fi
+    done
+    exec .venv/bin/pytest -p no:cacheprovider tests "$@" ;;
   bench) exec .venv/bin/deepreduce-bench "$@" ;;
   setup) ;;
   *) echo "usage: bash build_deps/dev.sh {test|bench|setup} [args]" >&2; exit 2 ;;
