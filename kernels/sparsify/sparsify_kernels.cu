@@ -190,15 +190,20 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// One block of kFindThreads: thread t takes bins bins-1-2t and bins-2-2t (from
-// the top), an inclusive block scan gives the count of keys in higher or
-// equal bins, and the one bin where that count first reaches `need` extends
-// the prefix.
+// One block of kFindThreads per selection: block a searches histogram row a
+// (kMaxBins apart) and updates st[a] (the per-tensor select launches one
+// block; the segmented select one per active segment). Thread t takes bins
+// bins-1-2t and bins-2-2t (from the top), an inclusive block scan gives the
+// count of keys in higher or equal bins, and the one bin where that count
+// first reaches `need` extends the prefix. A selection that starts with need
+// 0 (a segment that takes everything) matches no bin and is left alone.
 __global__ void __launch_bounds__(kFindThreads)
-    FindKernel(const unsigned* __restrict__ hist, RadixPlan plan, int level,
-               SelectState* st) {
+    FindKernel(const unsigned* __restrict__ hist_rows, RadixPlan plan, int level,
+               SelectState* states) {
   using BlockScan = deepreduce_cub::cub::BlockScan<long long, kFindThreads>;
   __shared__ typename BlockScan::TempStorage temp;
+  const unsigned* hist = hist_rows + static_cast<int64_t>(blockIdx.x) * kMaxBins;
+  SelectState* st = states + blockIdx.x;
   const int bins = 1 << plan.DigitBits(level);
   const long long need = st->need;
   const unsigned long long prefix = st->prefix;
@@ -624,38 +629,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// FindKernel for every active segment: block a searches row a. A segment
-// that takes everything starts with need 0, which no bin satisfies, so its
-// state is left alone.
-__global__ void __launch_bounds__(kFindThreads)
-    SegFindKernel(const unsigned* __restrict__ hist, RadixPlan plan, int level,
-                  SelectState* st) {
-  using BlockScan = deepreduce_cub::cub::BlockScan<long long, kFindThreads>;
-  __shared__ typename BlockScan::TempStorage temp;
-  const int64_t a = blockIdx.x;
-  const unsigned* row = hist + a * kMaxBins;
-  SelectState* mine = st + a;
-  const int bins = 1 << plan.DigitBits(level);
-  const long long need = mine->need;
-  const unsigned long long prefix = mine->prefix;
-  long long items[2], incl[2];
-  for (int j = 0; j < 2; ++j) {
-    const int b = bins - 1 - (2 * static_cast<int>(threadIdx.x) + j);
-    items[j] = b >= 0 ? static_cast<long long>(row[b]) : 0;
-  }
-  BlockScan(temp).InclusiveSum(items, incl);  // synchronizes the block
-  for (int j = 0; j < 2; ++j) {
-    const int b = bins - 1 - (2 * static_cast<int>(threadIdx.x) + j);
-    const long long excl = incl[j] - items[j];
-    if (b >= 0 && excl < need && incl[j] >= need) {
-      mine->need = need - excl;
-      mine->prefix = level == 0 ? static_cast<unsigned long long>(b)
-                                : (prefix << plan.DigitBits(level)) |
-                                      static_cast<unsigned long long>(b);
-    }
-  }
-}
-
 // Per tile (a warp each): keys > T and == T of its segment; a segment that
 // takes everything counts every position as > T.
 template <typename Keys>
@@ -828,9 +801,9 @@ GpuStatus SegSelect(const Keys& keys, uint64_t seed, bool random, const U* d_x,
                                                     dt.segs, dt.first_chunk, dt.state,
                                                     sc.hist);
       DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching SegHistKernel");
-      SegFindKernel<<<static_cast<unsigned>(sh.active), kFindThreads, 0, s>>>(
-          sc.hist, plan, level, dt.state);
-      DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching SegFindKernel");
+      FindKernel<<<static_cast<unsigned>(sh.active), kFindThreads, 0, s>>>(sc.hist, plan,
+                                                                           level, dt.state);
+      DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching FindKernel");
     }
   }
   const int64_t warps_needed = (sh.tiles * kWarp + kThreads - 1) / kThreads;
