@@ -32,11 +32,14 @@ _LAZY = {
     "sparsifiers": ("deepreduce_tf.sparsifiers", None),
     "state": ("deepreduce_tf.state", None),
     "transport": ("deepreduce_tf.transport", None),
+    "compressor": ("deepreduce_tf.compressor", None),
     "compressors": ("deepreduce_tf.compressors", None),
+    "exchange": ("deepreduce_tf.exchange", None),
     "params": ("deepreduce_tf.params", None),
     "ByteLedger": ("deepreduce_tf.accounting", "ByteLedger"),
     "Compressor": ("deepreduce_tf.compressors", "Compressor"),
-    "Context": ("deepreduce_tf.compressors", "Context"),
+    "Context": ("deepreduce_tf.compressor", "Context"),
+    "Exchange": ("deepreduce_tf.exchange.endpoint", "Exchange"),
     "from_params": ("deepreduce_tf.params", "from_params"),
 }
 
@@ -68,7 +71,8 @@ def built_tf_version():
 
 
 __all__ = ["__version__", "accounting", "bloom", "build_info", "built_tf_version",
-           "ByteLedger", "codecs", "communicators", "Compressor", "Context", "cuda_built",
+           "ByteLedger", "codecs", "communicators", "compressor", "Compressor", "Context",
+           "cuda_built", "exchange", "Exchange",
            "fusion", "transport",
            "from_params", "index", "memory", "OpLibraryError", "payload", "sparsifiers",
            "sparsify", "state", "value"]

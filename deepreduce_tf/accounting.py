@@ -8,6 +8,8 @@ log them (summary()).
 """
 import tensorflow as tf
 
+from deepreduce_tf._variables import default_variable_factory, ensure_initialized
+
 
 def ring_received(nbytes, replicas):
     """Bytes a ring all-reduce of an nbytes vector delivers to each of
@@ -21,8 +23,6 @@ class ByteLedger(tf.Module):
 
     def __init__(self, variable_factory=None, name=None):
         super().__init__(name=name)
-        from deepreduce_tf.memory import default_variable_factory
-
         self._factory = variable_factory or default_variable_factory
         self.sent = {}
         self.dense = {}
@@ -77,8 +77,6 @@ class ByteLedger(tf.Module):
         if self.total_received is None:
             with tf.init_scope():
                 self.total_received = self._factory(tf.constant(0, tf.int64), "total_received")
-        from deepreduce_tf.memory import ensure_initialized
-
         nbytes = tf.cast(nbytes, tf.int64)
         var = self._var(self.received, key)
         # TF1 graphs run without an initializer: the counters initialize themselves

@@ -69,6 +69,8 @@ import threading
 import warnings
 
 import tensorflow as tf
+from tensorflow.core.framework import summary_pb2
+from tensorflow.python.distribute import collective_all_reduce_strategy as cars
 from tensorflow.python.distribute import cross_device_ops as cdo_lib
 from tensorflow.python.distribute import distribute_utils
 from tensorflow.python.distribute import reduce_util
@@ -76,17 +78,36 @@ from tensorflow.python.distribute import values as value_lib
 from tensorflow.python.ops import resource_variable_ops
 from tensorflow.python.util import nest
 
-from deepreduce_tf import communicators
-from deepreduce_tf.communicators import Communicator
-from deepreduce_tf.compressors import DTYPE_CODES, Compressor
-from deepreduce_tf.memory import NoMemory, ensure_initialized
+from deepreduce_tf._variables import ensure_initialized
+from deepreduce_tf.compressor import DTYPE_CODES
+from deepreduce_tf.exchange.allreduce import Allreduce
+from deepreduce_tf.exchange.base import Communicator
+from deepreduce_tf.exchange.endpoint import Exchange
+from deepreduce_tf.memory import NoMemory
 from deepreduce_tf.params import from_params
-from deepreduce_tf.state import ExchangeState, KerasState
+from deepreduce_tf.state import ExchangeState
 from deepreduce_tf.transport import CollectiveTransport, LocalTransport, ordered_sum
 
 __all__ = ["BytesCallback", "DeepReduceCollectiveOps", "DeepReduceCrossDeviceOps",
-           "ExchangeState", "KerasState", "SingleReplicaWarning", "get_ops", "install", "local_variable_factory",
+           "ExchangeState", "KerasState", "SingleReplicaWarning", "StateNotSavedWarning", "get_ops", "install", "local_variable_factory",
            "multi_worker_strategy", "write_scalar"]
+
+
+class StateNotSavedWarning(UserWarning):
+    """The exchange keeps state between steps (residuals, step counters) and
+    nothing saves it: a resumed run would continue without it."""
+
+
+STATE_NOT_SAVED_MESSAGE = (
+    "DeepReduce keeps state between steps (the residuals of error feedback, step counters) in "
+    "ops.state, and nothing saves it: a run resumed from a checkpoint or by "
+    "keras.callbacks.BackupAndRestore would restore the model's weights but continue without "
+    "this state (residuals lost, not the uninterrupted run). Save it with the model -- Keras: "
+    "model.deepreduce = deepreduce_tf.distribute.KerasState(ops) (then save_weights, "
+    "BackupAndRestore and ModelCheckpoint carry it); custom loops: "
+    "tf.train.Checkpoint(model=model, optimizer=optimizer, deepreduce=ops.state). A run that is "
+    "never resumed can ignore this: warnings.filterwarnings('ignore', "
+    "category=deepreduce_tf.distribute.StateNotSavedWarning).")
 
 
 class SingleReplicaWarning(RuntimeWarning):
@@ -120,12 +141,13 @@ def local_variable_factory(device):
 
 
 class _Builder:
-    """Makes one Compressor per replica from params, a Compressor built by
-    from_params, or a factory(variable_factory) -> Compressor. Builds one at
-    construction so that a bad configuration fails there."""
+    """Makes one Exchange per replica from params, an Exchange built by
+    from_params, or a factory(variable_factory) -> Exchange. Builds one at
+    construction so that a bad configuration fails there, and chooses the
+    communicator ONCE: every replica's exchange is built with that object."""
 
-    def __init__(self, spec, accounting=True):
-        if isinstance(spec, Compressor):
+    def __init__(self, spec, accounting=True, communicator=None):
+        if isinstance(spec, Exchange):
             params = getattr(spec, "params", None)
             if params is None:
                 raise TypeError(
@@ -135,38 +157,51 @@ class _Builder:
                     "not a Compressor constructed by hand")
             spec = dict(params)
         if isinstance(spec, dict):
-            params = dict(spec)
-            self.params = params
-            self._make = lambda vf: from_params(params, variable_factory=vf)
+            self.params = dict(spec)
+            self._factory = None
         elif callable(spec):
             self.params = None
-            self._make = spec
+            self._factory = spec
         else:
             raise TypeError(f"expected a parameter dict, a Compressor or a factory, got {spec!r}")
         if not isinstance(accounting, bool):
             raise TypeError(f"accounting must be True or False, got {accounting!r}")
         self.accounting = accounting
+        if communicator is not None and not isinstance(communicator, Communicator):
+            raise TypeError(f"communicator must be a deepreduce_tf.communicators.Communicator, "
+                            f"got {communicator!r}")
+        self.communicator = communicator
         probe = self.make(None)
-        self.communicator = probe.communicator
-        # Compression off (compressor 'none', raw values, no memory, the
-        # communicator left to us): the exchange is an element-wise sum, so
-        # it takes the all-reduce route (TensorFlow's collective on the flat
-        # buckets) rather than all-gathering a payload per replica and
-        # decoding each: the same sums, half the copies.
-        if (self.params is not None and "communicator" not in self.params
-                and _lossless_dense(probe)):
-            self.communicator = communicators.Allreduce()
-            self.communicator.check(probe)
+        if communicator is None:
+            communicator = probe.communicator
+            # Compression off (compressor 'none', raw values, no memory, the
+            # communicator left to us): the exchange is an element-wise sum,
+            # so it takes the all-reduce route (TensorFlow's collective on the
+            # flat buckets) rather than all-gathering a payload per replica
+            # and decoding each: the same sums, half the copies.
+            if (self.params is not None and "communicator" not in self.params
+                    and _lossless_dense(probe)):
+                communicator = Allreduce()
+                communicator.check(probe)
+            self.communicator = communicator
         self.description = repr(probe)
 
     def make(self, variable_factory):
-        comp = self._make(variable_factory)
-        if not isinstance(comp, Compressor):
-            raise TypeError(f"the compressor factory returned {comp!r}, not a "
-                            "deepreduce_tf.Compressor")
+        """A new Exchange with its own state, running self.communicator."""
+        if self._factory is None:
+            ex = from_params(self.params, variable_factory=variable_factory,
+                             communicator=self.communicator)
+        else:
+            ex = self._factory(variable_factory)
+            if not isinstance(ex, Exchange):
+                raise TypeError(f"the compressor factory returned {ex!r}, not a "
+                                "deepreduce_tf.Compressor (an exchange.Exchange)")
+            if self.communicator is not None:
+                self.communicator.check(ex)
+                ex.communicator = self.communicator
         if not self.accounting:
-            comp.ledger = None  # its counters are created lazily: none exist yet
-        return comp
+            ex.ledger = None  # its counters are created lazily: none exist yet
+        return ex
 
 
 def _lossless_dense(compressor):
@@ -216,22 +251,21 @@ class _DeepReduceState:
     classes share."""
 
     def _init_state(self, spec, accounting=True, communicator=None, state=None):
-        self._builder = (spec if isinstance(spec, _Builder)
-                         else _Builder(spec, accounting=accounting))
-        if communicator is None:
-            communicator = self._builder.communicator
-        elif not isinstance(communicator, Communicator):
-            raise TypeError(f"communicator must be a deepreduce_tf.communicators.Communicator, "
-                            f"got {communicator!r}")
+        if isinstance(spec, _Builder):
+            if communicator is not None and communicator is not spec.communicator:
+                raise ValueError("a copy of DeepReduce ops runs its original's communicator")
+            self._builder = spec
         else:
-            communicator.check(self._builder.make(None))
-        self.communicator = communicator
+            self._builder = _Builder(spec, accounting=accounting, communicator=communicator)
+        # Chosen once, by the builder: every replica's exchange runs it.
+        self.communicator = self._builder.communicator
         # Everything kept between steps, for checkpoints (deepreduce_tf.state):
         # it exists before the first step, its variables are made by it.
         self.state = state if state is not None else ExchangeState()
         self._state_lock = threading.RLock()
         self._implementation_calls = 0
         self._single_replica_warned = False
+        self._unsaved_warned = False
 
     @property
     def params(self):
@@ -259,11 +293,6 @@ class _DeepReduceState:
                 # checkpoint restore then assigns the saved values eagerly.
                 with tf.init_scope():
                     comp = self._builder.make(factory)
-                    # The communicator is chosen once, by these ops (it can
-                    # differ from the one from_params gave the compressor):
-                    # every user of the replica's compressor sees that one.
-                    comp.communicator = self.communicator
-                    self.communicator.check(comp)
                     if self.accounting:
                         self.state.exchanges[str(replica)] = factory(
                             tf.constant(0, tf.int64), "exchanges")
@@ -274,9 +303,16 @@ class _DeepReduceState:
 
     def _restore_pending(self):
         """Values a KerasState loaded before this step created their
-        variables are assigned now (before the step first runs)."""
+        variables are assigned now (before the step first runs); and, once,
+        a StateNotSavedWarning when the state matters and nothing saves it."""
         if self.state.pending:
             self.state.apply_pending()
+        if not self._unsaved_warned:
+            self._unsaved_warned = True
+            keeps = any(not isinstance(ex.memory, NoMemory) or ex.steps
+                        or getattr(ex, "lgc", None) is not None for ex in self.compressors)
+            if keeps and not self.state.saved_by:
+                warnings.warn(STATE_NOT_SAVED_MESSAGE, StateNotSavedWarning, stacklevel=2)
 
     def _count_exchange(self, replica, device):
         """Counts one exchange of `replica`; returns the op (None eagerly or
@@ -669,8 +705,6 @@ def install(strategy, spec, accounting=True, communicator=None):
     old = getattr(ext, "_cross_device_ops", None)
     if isinstance(old, DeepReduceCollectiveOps):
         raise ValueError("this strategy already uses DeepReduce collective ops")
-    from tensorflow.python.distribute import collective_all_reduce_strategy as cars
-
     if (not isinstance(ext, cars.CollectiveAllReduceExtended)
             or not isinstance(old, cdo_lib.CollectiveAllReduce)):
         raise TypeError(
@@ -706,11 +740,47 @@ def get_ops(strategy):
     return ops
 
 
+def KerasState(ops):  # pylint: disable=invalid-name
+    """A Keras layer that saves `ops`' state (DeepReduceCrossDeviceOps,
+    DeepReduceCollectiveOps or a strategy using them) with the model's
+    weights. Attach it as an attribute of the model:
+
+        model.deepreduce = deepreduce_tf.distribute.KerasState(ops)
+
+    It holds no Keras weights and takes no part in the model's computation;
+    save_weights / load_weights (hence BackupAndRestore and ModelCheckpoint)
+    call its save_own_variables / load_own_variables.
+    """
+    if isinstance(ops, tf.distribute.Strategy):
+        ops = get_ops(ops)
+    if not isinstance(getattr(ops, "state", None), ExchangeState):
+        raise TypeError(f"KerasState needs DeepReduce ops or a strategy using them, got {ops!r}")
+    state = ops.state
+    state.mark_saved("keras")
+
+    class _KerasState(tf.keras.layers.Layer):
+        def __init__(self):
+            super().__init__(name="deepreduce_state", trainable=False)
+            self.exchange_state = state  # tracked: tf.train.Checkpoint(model=...) holds it
+            self.built = True
+
+        def call(self, inputs):  # never part of the model's graph
+            raise TypeError("KerasState is not a computation layer: attach it as an attribute "
+                            "of the model (model.deepreduce = KerasState(ops))")
+
+        def save_own_variables(self, store):
+            for name, value in sorted(state.values().items()):
+                store[name] = value
+
+        def load_own_variables(self, store):
+            state.load_values({name: store[name] for name in store.keys()})
+
+    return _KerasState()
+
+
 def write_scalar(name, value, step):
     """tf.summary.scalar without the tensorboard package (which
     tensorflow-cpu does not bring): a scalar summary TensorBoard shows."""
-    from tensorflow.core.framework import summary_pb2
-
     meta = summary_pb2.SummaryMetadata()
     meta.plugin_data.plugin_name = "scalars"
     return tf.summary.write(name, tf.cast(value, tf.float32), step=step, metadata=meta)

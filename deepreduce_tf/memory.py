@@ -17,10 +17,10 @@ import abc
 import collections
 import re
 import sys
-import weakref
 
 import tensorflow as tf
 
+from deepreduce_tf._variables import default_variable_factory, ensure_initialized  # noqa: F401
 from deepreduce_tf.ops import fusion as fusion_ops
 
 
@@ -92,56 +92,6 @@ class NoMemory(Memory):
 def _slot_name(key):
     """A checkpoint-friendly attribute name for a variable key."""
     return re.sub(r"[^0-9A-Za-z_.-]", "_", key)
-
-
-def default_variable_factory(initial_value, name):
-    """Creates a residual variable (overridable: tf.distribute needs
-    per-replica variables)."""
-    return tf.Variable(initial_value, trainable=False, name=name)
-
-
-_INIT_OPS = weakref.WeakKeyDictionary()  # graph -> {id(variable): (guard op, variable)}
-
-
-def ensure_initialized(variables):
-    """Ops that initialize those of `variables` that are not initialized yet.
-
-    Under eager execution (also inside a tf.function) a variable is
-    initialized when it is created, and this returns []. In a TF1-style graph
-    run by a tf.compat.v1.Session, nobody may run an initializer (TensorFlow's
-    own cross-device ops hold no state, so users do not expect to): the step
-    then initializes its state itself, once, on its first run. Put the ops
-    returned here in tf.control_dependencies around every read.
-    """
-    if tf.compat.v1.executing_eagerly_outside_functions():
-        return []
-    from tensorflow.python.ops import resource_variable_ops
-
-    graph = tf.compat.v1.get_default_graph()
-    cache = _INIT_OPS.setdefault(graph, {})
-    ops = []
-    for var in variables:
-        handle = getattr(var, "handle", None)
-        if handle is None:  # a TF1 RefVariable: its initializer is the user's
-            continue
-        op = cache.get(id(var))
-        if op is None:
-            # ONE guard per variable and graph: every reader depends on the
-            # same op, so a first run cannot initialize a variable after
-            # another reader already updated it.
-            initial = var.initial_value
-
-            def init(var=var, initial=initial):
-                with tf.control_dependencies([var.assign(initial, read_value=False)]):
-                    return tf.constant(True)
-
-            op = tf.cond(resource_variable_ops.var_is_initialized_op(handle),
-                         lambda: tf.constant(False), init)
-            cache[id(var)] = (op, var)
-        else:
-            op = op[0]
-        ops.append(op)
-    return ops
 
 
 class ResidualMemory(Memory):

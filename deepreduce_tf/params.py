@@ -1,6 +1,7 @@
-"""from_params(): the GRACE / DeepReduce parameter dictionary -> a Compressor.
+"""from_params(): the GRACE / DeepReduce parameter dictionary -> an Exchange
+(a stateless Compressor, the state beside it, the communicator chosen once).
 
-    compressor = deepreduce_tf.from_params({
+    exchange = deepreduce_tf.from_params({
         'compressor': 'topk', 'compress_ratio': 0.01, 'memory': 'residual',
         'communicator': 'allgather', 'deepreduce': 'both', 'index': 'bloom',
         'value': 'polyfit'})
@@ -66,14 +67,15 @@ with deepreduce='value', or allreduce with a sparsifier that picks different
 positions on every worker). A known option that the chosen configuration
 does not use (e.g. fpr without a Bloom filter) is ignored with a warning.
 """
+import difflib
 import inspect
 import math
 import warnings
 
-from deepreduce_tf import codecs  # importing it registers the built-in codecs
-from deepreduce_tf import communicators, memory, sparsifiers
-from deepreduce_tf.compressors import DEFAULT_MIN_SIZE, NONFINITE_CHOICES, Compressor
-from deepreduce_tf.learned import lgc  # noqa: F401  registers lgc_ps and lgc_rar
+from deepreduce_tf import codecs, communicators, memory, sparsifiers
+from deepreduce_tf.compressor import DEFAULT_MIN_SIZE, NONFINITE_CHOICES, Compressor
+from deepreduce_tf.exchange.base import Communicator
+from deepreduce_tf.exchange.endpoint import Exchange
 
 DEEPREDUCE_MODES = (None, "index", "value", "both")
 DEFAULT_CODECS = {"index": "bloom", "value": "polyfit"}
@@ -161,8 +163,6 @@ def _normalize(params):
             key, value = "memory", ("residual" if value else "none")
         canonical = aliases.get(key, key)
         if canonical not in all_keys:
-            import difflib
-
             close = difflib.get_close_matches(canonical, all_keys + tuple(aliases), n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise ValueError(f"unknown parameter {key!r}{hint}; valid keys: "
@@ -206,13 +206,19 @@ def _codec(kind, p, mode, get, used):
     return spec.make(**spec.kwargs_from(values))
 
 
-def from_params(params, variable_factory=None):
-    """Builds a Compressor from a GRACE/DeepReduce parameter dict (see module doc).
+def from_params(params, variable_factory=None, communicator=None):
+    """Builds an Exchange from a GRACE/DeepReduce parameter dict (see module
+    doc): a stateless Compressor (sparsifier + index codec + value codec),
+    its memory and counters beside it, and the communicator.
 
     variable_factory: optional callable(initial_value, name) -> tf.Variable
-    for every state variable of the compressor (residuals, step counters,
-    byte counters, stateful codecs' variables); deepreduce_tf.distribute
-    passes one per replica.
+    for every state variable (residuals, step counters, byte counters,
+    stateful codecs' variables); deepreduce_tf.distribute passes one per
+    replica.
+    communicator: a Communicator object to use instead of the one the
+    parameters name (deepreduce_tf.distribute passes the one its ops chose,
+    so that every replica's exchange runs that one object); it is checked
+    against the configuration like the named one.
 
     Raises:
       ValueError: unknown key or value, or an invalid combination; the
@@ -277,28 +283,26 @@ def from_params(params, variable_factory=None):
     _choice("communicator", comm_name, tuple(communicators.COMMUNICATORS))
     nonfinite = get("nonfinite", "dense")
     _choice("nonfinite", nonfinite, NONFINITE_CHOICES)
-    extra = {}
-    if _accepts(Compressor.__init__, "bucket_cap_mb"):
-        extra["bucket_cap_mb"] = float(get("bucket_cap_mb", BUCKET_CAP_MB.default))
     comm_kwargs = {}
     for param in getattr(communicators.COMMUNICATORS[comm_name], "PARAMS", ()):
         comm_kwargs[param.arg] = param.validate(get(param.key, param.default))
     if comm_kwargs:
         comm_kwargs["seed"] = seed
-    compressor = Compressor(sparsifier, index_codec, value_codec, mem,
-                            communicators.make_communicator(comm_name, **comm_kwargs),
+    if communicator is None:
+        communicator = communicators.make_communicator(comm_name, **comm_kwargs)
+    elif not isinstance(communicator, Communicator):
+        raise TypeError(f"communicator must be a deepreduce_tf.communicators.Communicator, "
+                        f"got {communicator!r}")
+    compressor = Compressor(sparsifier, index_codec, value_codec,
                             min_size=get("min_size", DEFAULT_MIN_SIZE), nonfinite=nonfinite,
-                            seed=seed, variable_factory=variable_factory,
-                            warmup_steps=get("warmup_steps", 0), warmup=get("warmup", "dense"),
-                            clip_norm=get("clip_norm", None), **extra)
-    # Stateful codecs create their variables with the compressor's factory
-    # (the memory's). Codec.build runs once per instance, so this is a no-op
-    # when the Compressor built them already.
-    for codec in (index_codec, value_codec):
-        codec.build(compressor.variable_factory)
+                            seed=seed,
+                            bucket_cap_mb=float(get("bucket_cap_mb", BUCKET_CAP_MB.default)))
+    exchange = Exchange(compressor, mem, communicator, variable_factory=variable_factory,
+                        warmup_steps=get("warmup_steps", 0), warmup=get("warmup", "dense"),
+                        clip_norm=get("clip_norm", None))
     unused = sorted(set(p) - used)
     if unused:
         warnings.warn(f"deepreduce_tf.from_params: {', '.join(unused)} not used by this "
-                      f"configuration ({compressor!r})", stacklevel=2)
-    compressor.params = dict(params)
-    return compressor
+                      f"configuration ({exchange!r})", stacklevel=2)
+    exchange.params = dict(params)
+    return exchange

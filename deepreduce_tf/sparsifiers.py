@@ -23,6 +23,7 @@ segments.
 import abc
 import collections
 
+import numpy as np
 import tensorflow as tf
 
 from deepreduce_tf.ops import sparsify as sparsify_ops
@@ -162,8 +163,6 @@ class TopK(Sparsifier):
         """segmented_top_k over segments of static `lengths` with ks (numpy
         or a tensor), capped by each segment's non-zeros with skip_zeros.
         Returns (positions, values)."""
-        import numpy as np
-
         offsets = np.cumsum([0] + list(lengths), dtype=np.int64)
         ks = tf.convert_to_tensor(ks, tf.int64)
         if self.skip_zeros:
@@ -188,8 +187,6 @@ class TopK(Sparsifier):
 
 
 def _segments(lengths, ratio):
-    import numpy as np
-
     offsets = np.cumsum([0] + list(lengths), dtype=np.int64)
     ks = sparsify_ops.segment_ks(lengths, ratio)
     return tf.constant(offsets, tf.int64), tf.constant(ks, tf.int64)

@@ -9,7 +9,7 @@ ops.state, a tf.Module. Two ways to save and restore it with the training:
     built BEFORE training: restore() before the first step is deferred, and
     every variable takes its saved value the moment the first step creates it
     (TensorFlow's restore-on-create).
-  * Keras: attach a KerasState layer to the model,
+  * Keras: attach a KerasState layer (deepreduce_tf.distribute) to the model,
         model.deepreduce = deepreduce_tf.distribute.KerasState(ops)
     and model.save_weights / load_weights, keras.callbacks.BackupAndRestore
     and ModelCheckpoint(save_weights_only=True) save and restore it with the
@@ -52,6 +52,24 @@ class ExchangeState(tf.Module):
         # Values loaded (by KerasState) before their variable exists: name ->
         # numpy array. Not a checkpoint dependency itself.
         object.__setattr__(self, "_pending", {})
+        # How the state is saved ("keras", "checkpoint"): empty until a
+        # KerasState is made for it or a checkpoint reads its dependencies.
+        object.__setattr__(self, "_saved_by", set())
+
+    @property
+    def saved_by(self):
+        """How this state is saved: {"keras"} once a KerasState holds it,
+        {"checkpoint"} once a tf.train.Checkpoint saved or restored it."""
+        return frozenset(self._saved_by)
+
+    def mark_saved(self, how):
+        self._saved_by.add(how)
+
+    def _trackable_children(self, save_type="checkpoint", **kwargs):
+        # A checkpoint (save, restore, deferred restore) asks for the state's
+        # children: from then on it travels with the checkpoint.
+        self._saved_by.add("checkpoint")
+        return super()._trackable_children(save_type, **kwargs)
 
     def named_variables(self):
         """{name: variable} of every state variable that exists, names stable
@@ -100,42 +118,3 @@ class ExchangeState(tf.Module):
                         "not restore the deepreduce state")
                 var.assign(value)
                 del self._pending[name]
-
-
-def KerasState(ops):  # pylint: disable=invalid-name
-    """A Keras layer that saves `ops`' state (DeepReduceCrossDeviceOps,
-    DeepReduceCollectiveOps or a strategy using them) with the model's
-    weights. Attach it as an attribute of the model:
-
-        model.deepreduce = deepreduce_tf.distribute.KerasState(ops)
-
-    It holds no Keras weights and takes no part in the model's computation;
-    save_weights / load_weights (hence BackupAndRestore and ModelCheckpoint)
-    call its save_own_variables / load_own_variables.
-    """
-    from deepreduce_tf import distribute
-
-    if isinstance(ops, tf.distribute.Strategy):
-        ops = distribute.get_ops(ops)
-    if not isinstance(getattr(ops, "state", None), ExchangeState):
-        raise TypeError(f"KerasState needs DeepReduce ops or a strategy using them, got {ops!r}")
-    state = ops.state
-
-    class _KerasState(tf.keras.layers.Layer):
-        def __init__(self):
-            super().__init__(name="deepreduce_state", trainable=False)
-            self.exchange_state = state  # tracked: tf.train.Checkpoint(model=...) holds it
-            self.built = True
-
-        def call(self, inputs):  # never part of the model's graph
-            raise TypeError("KerasState is not a computation layer: attach it as an attribute "
-                            "of the model (model.deepreduce = KerasState(ops))")
-
-        def save_own_variables(self, store):
-            for name, value in sorted(state.values().items()):
-                store[name] = value
-
-        def load_own_variables(self, store):
-            state.load_values({name: store[name] for name in store.keys()})
-
-    return _KerasState()

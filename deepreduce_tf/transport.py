@@ -27,6 +27,9 @@ import abc
 import functools
 
 import tensorflow as tf
+from tensorflow.python.ops import collective_ops, resource_variable_ops
+
+from deepreduce_tf._variables import ensure_initialized
 
 
 def ordered_sum(tensors):
@@ -172,8 +175,6 @@ class CollectiveTransport(Transport):
 
     def _count(self, nbytes):
         if self._wire is not None:
-            from deepreduce_tf.memory import ensure_initialized
-
             with tf.control_dependencies(ensure_initialized([self._wire])):
                 op = self._wire.assign_add(tf.cast(nbytes, tf.int64), read_value=False)
             if op is not None:
@@ -205,8 +206,6 @@ class CollectiveTransport(Transport):
         return tf.reshape(gathered, [self.num_replicas, -1]), lengths
 
     def _framed(self, capacity, length, words, as_words):
-        from deepreduce_tf.memory import ensure_initialized
-
         n = self.num_replicas
         with tf.control_dependencies(ensure_initialized([capacity])):
             cap = capacity.read_value()
@@ -286,10 +285,6 @@ class GraphCollectiveLauncher:
         """Advances the step counter; the collectives built until the next
         call take keys of this step. Returns the counter's update (the
         exchange's result must depend on it)."""
-        from tensorflow.python.ops import resource_variable_ops
-
-        from deepreduce_tf.memory import ensure_initialized
-
         with tf.device(self._device):
             if self._counter is None:
                 with tf.init_scope():
@@ -309,8 +304,6 @@ class GraphCollectiveLauncher:
         return key + (self._step % self.STEP_PERIOD) * self.KEY_STRIDE
 
     def _all_gather(self, tensor, options=None):  # pylint: disable=unused-argument
-        from tensorflow.python.ops import collective_ops
-
         with tf.device(self._device):
             return collective_ops.all_gather_v2(tensor, self._group_size, self._group_key,
                                                 self._key())
@@ -318,8 +311,6 @@ class GraphCollectiveLauncher:
     def batch_all_reduce(self, packs, options=None):  # pylint: disable=unused-argument
         """A flat list of the sums of every tensor of every pack (one
         collective per pack)."""
-        from tensorflow.python.ops import collective_ops
-
         out = []
         with tf.device(self._device):
             for pack in packs:

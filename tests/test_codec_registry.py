@@ -10,7 +10,7 @@ import tensorflow as tf
 from absl import flags as absl_flags
 
 import deepreduce_tf as dr
-from deepreduce_tf import codecs, compressors
+from deepreduce_tf import codecs, compressor
 from deepreduce_tf.benchmark import flags as bench_flags
 from deepreduce_tf.codecs import base
 from deepreduce_tf.codecs import index as ic
@@ -226,9 +226,9 @@ def test_every_codec_from_params_roundtrips(kind, name):
     assert type(codec) is spec.cls
     g = tf.random.stateless_normal([64, 48], seed=[1, 2])
     payload, ctx = c.compress(g, name="w")
-    meta, _ = payload_ops.unpack(payload, compressors.NUM_SECTIONS,
-                                 len(compressors.META_FIELDS))
-    field = compressors.F_INDEX if kind == "index" else compressors.F_VALUE
+    meta, _ = payload_ops.unpack(payload, compressor.NUM_SECTIONS,
+                                 len(compressor.META_FIELDS))
+    field = compressor.F_INDEX if kind == "index" else compressor.F_VALUE
     assert int(meta[field]) == spec.wire_id
     out = c.decompress(payload, ctx).numpy()
     # What the receiver decodes is what the sender's error feedback assumed.
@@ -287,9 +287,9 @@ def test_new_codec_is_usable_through_from_params(byterev):
     nz = out != 0
     assert np.count_nonzero(nz) == math.ceil(0.2 * 1600)
     np.testing.assert_array_equal(out[nz], g.numpy()[nz])
-    meta, _ = payload_ops.unpack(payload, compressors.NUM_SECTIONS,
-                                 len(compressors.META_FIELDS))
-    assert int(meta[compressors.F_VALUE]) == 100
+    meta, _ = payload_ops.unpack(payload, compressor.NUM_SECTIONS,
+                                 len(compressor.META_FIELDS))
+    assert int(meta[compressor.F_VALUE]) == 100
     with pytest.raises(ValueError, match=r"byterev_test: xor must be an integer in \[0, 255\]"):
         dr.from_params({"deepreduce": "value", "value": "byterev_test", "rev_xor": 256})
     with pytest.warns(UserWarning, match="rev_xor not used"):

@@ -135,3 +135,63 @@ def test_allreduce_keeps_the_residual_finite_after_an_overflow(rng):
         grads = [tf.constant(rng.normal(size=(50,)).astype(np.float32)) for _ in workers]
         results, _ = communicators.exchange_locally(workers, grads, name="v")
         assert np.isfinite(results[0].numpy()).all()
+
+
+class HalfSum(communicators.Communicator):
+    """A communicator written against the step's one override, transfer():
+    every bucket travels as float16 through the transport's all-reduce. The
+    base class prepares (compensates with memory), commits (memory keeps what
+    the receivers did not decode; the ledger records) and finishes."""
+
+    name = "half_sum"
+    additive = True
+
+    def transfer(self, transport_, exchanges, plan, prepared, keys):
+        vectors, outcomes = [], []
+        for ex, device, preps in zip(exchanges, transport_.devices, prepared):
+            with tf.device(device):
+                mine, outs = [], []
+                for bucket, prep in zip(plan.buckets, preps):
+                    x = prep.x if bucket.sparse_n else tf.zeros([0], bucket.dtype)
+                    wire = tf.cast(x, tf.float16)
+                    mine += [wire, prep.rest]
+                    sent = dr.memory.Sent(x - tf.cast(wire, x.dtype), tf.zeros([0], tf.int64),
+                                          tf.zeros([0], x.dtype)) if bucket.sparse_n else None
+                    nbytes = tf.constant(2 * bucket.sparse_n + 4 * bucket.dense_n, tf.int64)
+                    outs.append(dr.exchange.endpoint.Outcome(sent, None, dr.compressor.BucketContext(
+                        bucket.key, bucket, bucket.dtype, bucket.n, bucket.nbytes, nbytes)))
+            vectors.append(mine)
+            outcomes.append(outs)
+        summed = transport_.all_reduce(vectors)
+        sums = [tf.concat([tf.cast(summed[2 * i], b.dtype), summed[2 * i + 1]], 0)
+                for i, b in enumerate(plan.buckets)]
+        return communicators.Transfer(sums, outcomes, [[] for _ in exchanges],
+                                      [[] for _ in exchanges])
+
+
+def test_a_communicator_overrides_only_what_travels(rng):
+    params = {"compressor": "none", "memory": "residual", "min_size": 64}
+    comm = HalfSum()
+    ops = drd.DeepReduceCrossDeviceOps(params, communicator=comm)
+    grads = [_grads(rng, r) for r in range(2)]
+    lists = []
+    for d, g in zip(DEVICES, grads):
+        with tf.device(d):
+            lists.append([tf.identity(t) for t in g])
+    out = ops.reduce_tensors(lists)
+    for i in range(3):
+        g = [grads[r][i].numpy() for r in range(2)]
+        if g[0].size >= 64:  # sparse section: summed in float16 on the wire
+            want = (g[0].astype(np.float16) + g[1].astype(np.float16)).astype(np.float32)
+        else:
+            want = g[0] + g[1]
+        for r in range(2):
+            np.testing.assert_array_equal(out[r][i].numpy(), want)
+    # Error feedback by the base class: each replica keeps exactly x - fp16(x).
+    for r, ex in enumerate(ops.compressors):
+        assert ex.communicator is comm
+        (residual,) = ex.memory.residuals.values()
+        flat = np.concatenate([grads[r][i].numpy().ravel() for i in (0, 2)])
+        np.testing.assert_array_equal(residual.numpy(),
+                                      flat - flat.astype(np.float16).astype(np.float32))
+    assert ops.step_bytes()["sent_bytes"] == 2 * (40 * 50 + 64 * 16) + 4 * 30

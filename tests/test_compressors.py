@@ -9,7 +9,7 @@ import tensorflow as tf
 import compressor_reference as cref
 import deepreduce_tf as dr
 import payload_reference
-from deepreduce_tf import compressors
+from deepreduce_tf import compressor
 from deepreduce_tf.codecs import index as index_codecs
 from deepreduce_tf.codecs import value as value_codecs
 from deepreduce_tf.ops import value as value_ops
@@ -53,7 +53,7 @@ def gradient(rng, shape=N_SHAPE, dtype=np.float32):
 
 
 def step_seed(key, step, seed=0):
-    return step + (compressors._key_seed(key, seed) << 20)
+    return step + (compressor._key_seed(key, seed) << 20)
 
 
 @pytest.fixture
@@ -187,7 +187,7 @@ def test_payload_is_the_container_format(rng):
     comp, p, ctx = small_payload(rng)
     info = dr.payload.inspect(p)
     assert info["version"] == 1 and info["kind"] == 1 and info["crc_ok"]
-    meta = dict(zip(compressors.META_FIELDS, info["meta"]))
+    meta = dict(zip(compressor.META_FIELDS, info["meta"]))
     assert meta["mode"] == 1 and meta["n"] == 1000 and meta["k"] == 10
     assert meta["index_codec"] == 4 and meta["value_codec"] == 3 and meta["dtype"] == 3
     assert payload_reference.crc32c(p[:-4].tobytes()) == struct.unpack("<I", p[-4:].tobytes())[0]
@@ -378,8 +378,8 @@ def test_small_tensors_travel_dense(rng):
     g = gradient(rng, (7, 9))  # 63 < min_size 64
     p, ctx = comp.compress(tf.constant(g), name="bias")
     assert ctx.dense
-    meta = dict(zip(compressors.META_FIELDS, dr.payload.inspect(p.numpy())["meta"]))
-    assert meta["mode"] == compressors.MODE_DENSE
+    meta = dict(zip(compressor.META_FIELDS, dr.payload.inspect(p.numpy())["meta"]))
+    assert meta["mode"] == compressor.MODE_DENSE
     np.testing.assert_array_equal(comp.decompress(p, ctx).numpy(), g)
     # Nothing of it is kept back, so it has no residual variable at all.
     assert "bias" not in comp.memory.residuals
@@ -511,7 +511,7 @@ def test_batch_roundtrip_and_errors(rng):
     want = np.concatenate([grads[0].numpy().ravel(), grads[2].numpy().ravel()])
     np.testing.assert_allclose(sent + residual, want, rtol=1e-6, atol=1e-6)
     # one bucket: the bucket payload is the batch payload
-    assert dr.payload.inspect(payload.numpy())["kind"] == compressors.KIND_BUCKET
+    assert dr.payload.inspect(payload.numpy())["kind"] == compressor.KIND_BUCKET
     _, other = comp.compress_batch(grads[:2], names[:2])
     with pytest.raises(tf.errors.InvalidArgumentError):
         comp.decompress_batch(payload, other)

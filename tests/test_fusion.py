@@ -294,7 +294,7 @@ def test_hostile_counts_in_a_crc_valid_header_are_refused(rng):
     p, ctx = comp.compress_batch([x], ["w"])
     info = dr.payload.inspect(p.numpy())
     meta = list(info["meta"])
-    from deepreduce_tf import compressors as C
+    from deepreduce_tf import compressor as C
 
     meta[C.F_K] = meta[C.F_COUNT] = 1 << 62
     forged = dr.payload.pack([np.zeros(0, np.uint8)] * 3 + [np.zeros(0, np.uint8)], meta,

@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 import deepreduce_tf as dr
-from deepreduce_tf import compressors
+from deepreduce_tf import compressor
 
 N = 4096
 
@@ -20,7 +20,7 @@ def make(value, **extra):
 
 
 def mode_of(payload):
-    return int(dr.payload.unpack(payload, 3, len(compressors.META_FIELDS))[0][0])
+    return int(dr.payload.unpack(payload, 3, len(compressor.META_FIELDS))[0][0])
 
 
 def grad(rng, dtype, big=None, at=17):
@@ -46,14 +46,14 @@ def test_value_beyond_the_codecs_range_travels_dense(rng, value, dtype, big):
     g = grad(rng, dtype, big)
     payload, ctx = c.compress(g, name="w")
     decoded = c.decompress(payload, ctx).numpy()
-    assert mode_of(payload) == compressors.MODE_DENSE
+    assert mode_of(payload) == compressor.MODE_DENSE
     np.testing.assert_array_equal(decoded, g.numpy())  # exact, own dtype
     r = c.memory.residual("w").numpy()
     assert np.all(r == 0)  # everything was sent
     # The next ordinary step is compressed again.
     g2 = grad(rng, dtype)
     payload2, ctx2 = c.compress(g2, name="w")
-    assert mode_of(payload2) == compressors.MODE_SPARSE
+    assert mode_of(payload2) == compressor.MODE_SPARSE
     assert np.all(np.isfinite(c.decompress(payload2, ctx2).numpy()))
     assert np.all(np.isfinite(c.memory.residual("w").numpy()))
 
@@ -64,7 +64,7 @@ def test_values_within_range_stay_compressed(rng, value):
     limit = c.value_limit(tf.float32)
     g = grad(rng, tf.float32, big=limit if value != "qsgd" else 1e29)
     payload, ctx = c.compress(g, name="w")
-    assert mode_of(payload) == compressors.MODE_SPARSE
+    assert mode_of(payload) == compressor.MODE_SPARSE
     decoded = c.decompress(payload, ctx).numpy()
     assert np.all(np.isfinite(decoded)) and decoded[17] != 0
 
@@ -75,11 +75,11 @@ def test_nonfinite_residual_is_reset_with_a_warning(rng, capfd):
     r = c.memory.residual("w")
     r.assign(tf.fill([N], np.float32(np.inf)))  # e.g. restored from a poisoned run
     payload, ctx = c.compress(grad(rng, tf.float32), name="w")
-    assert mode_of(payload) == compressors.MODE_DENSE  # g + inf: this step is dense
+    assert mode_of(payload) == compressor.MODE_DENSE  # g + inf: this step is dense
     assert np.all(r.numpy() == 0)
     assert "residual of 'w' held NaN or Inf; it is reset to zero" in capfd.readouterr().err
     payload, ctx = c.compress(grad(rng, tf.float32), name="w")
-    assert mode_of(payload) == compressors.MODE_SPARSE  # not dense forever
+    assert mode_of(payload) == compressor.MODE_SPARSE  # not dense forever
 
 
 def test_finite_residual_is_kept_over_a_nonfinite_step(rng):
@@ -88,7 +88,7 @@ def test_finite_residual_is_kept_over_a_nonfinite_step(rng):
     before = c.memory.residual("w").numpy().copy()
     assert np.any(before != 0)
     payload, _ = c.compress(grad(rng, tf.float32, big=np.nan), name="w")
-    assert mode_of(payload) == compressors.MODE_DENSE
+    assert mode_of(payload) == compressor.MODE_DENSE
     np.testing.assert_array_equal(c.memory.residual("w").numpy(), before)
 
 

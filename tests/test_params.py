@@ -174,7 +174,7 @@ def _scope_supported():
 def _bucket_cap_supported():
     import inspect
 
-    return "bucket_cap_mb" in inspect.signature(dr.Compressor.__init__).parameters
+    return "bucket_cap_mb" in inspect.signature(dr.compressor.Compressor).parameters
 
 
 def test_codec_parameters_reach_the_constructors():

@@ -324,7 +324,7 @@ def _first_value(cell):
 
 
 def test_parameter_table_matches_from_params():
-    from deepreduce_tf import compressors, params
+    from deepreduce_tf import compressor, params
     from deepreduce_tf.codecs import base
 
     rows = _parameter_rows()
@@ -349,7 +349,7 @@ def test_parameter_table_matches_from_params():
             continue
         if param is not None and param.choices:
             assert values == set(param.choices), (key, values, param.choices)
-        default = compressors.DEFAULT_MIN_SIZE if param is None else param.default
+        default = compressor.DEFAULT_MIN_SIZE if param is None else param.default
         shown = _first_value(cells[2])
         if default is None:
             assert shown == "unset", (key, cells[2])

@@ -36,15 +36,21 @@ import zlib
 import numpy as np
 import tensorflow as tf
 
-from deepreduce_tf import communicators
 from deepreduce_tf._checks import check, guarded
+from deepreduce_tf._variables import ensure_initialized
 from deepreduce_tf.accounting import ring_received
 from deepreduce_tf.codecs.base import Param
+from deepreduce_tf.compressor import BucketContext, Compressor
+from deepreduce_tf.exchange.allgather import Allgather
+from deepreduce_tf.exchange.allreduce import Allreduce
+from deepreduce_tf.exchange.base import Communicator, Transfer
+from deepreduce_tf.exchange.endpoint import Exchange, Outcome
 from deepreduce_tf.learned.autoencoder import (Autoencoder, latent_length, parse_channels,
                                                polyphase_init)
-from deepreduce_tf.memory import NoMemory, Sent, ensure_initialized
+from deepreduce_tf.memory import Sent
 from deepreduce_tf.ops import payload as payload_ops
 from deepreduce_tf.ops import sparsify as sparsify_ops
+from deepreduce_tf.sparsifiers import make_sparsifier
 from deepreduce_tf.transport import ordered_sum
 
 KIND_INDEX = 16  # payload kinds of the two rounds and of the weight broadcast
@@ -86,7 +92,7 @@ def _fingerprint(*parts):
     return zlib.crc32(repr(parts).encode()) & 0x7FFFFFFF
 
 
-class _Lgc(communicators.Communicator):
+class _Lgc(Communicator):
     """What both variants share: round A, phases, the autoencoder."""
 
     PARAMS = PARAMS
@@ -152,24 +158,27 @@ class _Lgc(communicators.Communicator):
         return []
 
     # ------------------------------------------------------------ state
+    def counts(self, exchange):
+        # LGC counts its exchanges itself (one counter per bucket, in its state).
+        return False, False
+
     def _state(self, comp, num_replicas):
-        """The process's LGC state (autoencoder, exchange counters), kept on
+        """The process's LGC state (autoencoder, exchange counters), kept beside
         its first replica's compressor so that it is checkpointed with it."""
-        state = getattr(comp, "lgc", None)
-        if state is None:
-            with tf.init_scope():
-                state = tf.Module(name="lgc")
-                decoders = num_replicas if self.per_node_decoders else 1
-                state.autoencoder = Autoencoder(self.ae_kind, decoders, self.channels,
-                                                self.latent_channels, self.lr, self.seed,
-                                                comp.variable_factory,
-                                                identity_init=self.init == "identity")
-                state.exchanges = {}
-                # What the state was made for (0: not yet known): a fingerprint
-                # of the configuration and the model's buckets.
-                state.signature = comp.variable_factory(tf.constant(0, tf.int64),
-                                                        "lgc_signature")
-            comp.lgc = state
+        def make():
+            state = tf.Module(name="lgc")
+            decoders = num_replicas if self.per_node_decoders else 1
+            state.autoencoder = Autoencoder(self.ae_kind, decoders, self.channels,
+                                            self.latent_channels, self.lr, self.seed,
+                                            comp.variable_factory,
+                                            identity_init=self.init == "identity")
+            state.exchanges = {}
+            # What the state was made for (0: not yet known): a fingerprint
+            # of the configuration and the model's buckets.
+            state.signature = comp.variable_factory(tf.constant(0, tf.int64), "lgc_signature")
+            return state
+
+        state = comp.communicator_state("lgc", make)
         if state.autoencoder.num_decoders != (num_replicas if self.per_node_decoders else 1):
             raise ValueError(f"{self.name}: this autoencoder has "
                              f"{state.autoencoder.num_decoders} decoders, made for another "
@@ -185,24 +194,22 @@ class _Lgc(communicators.Communicator):
         return var
 
     def _helpers(self, comp, k):
-        """Per-replica helper compressors: the value codec over dense vectors
-        (values, latents) and top-k + codecs for the innovation."""
-        from deepreduce_tf.compressors import Compressor
-        from deepreduce_tf.sparsifiers import make_sparsifier
+        """Per-replica helper exchanges: the value codec over dense vectors
+        (values, latents) and top-k + codecs for the innovation (no memory,
+        no ledger; their step counters seed a seeded value codec)."""
+        def make():
+            helpers = tf.Module(name="lgc_codecs")
+            helpers.values = Exchange(
+                Compressor(make_sparsifier("none"), None, comp.value_codec, min_size=0,
+                           seed=comp.seed),
+                communicator=Allgather(), ledger=None, variable_factory=comp.variable_factory)
+            helpers.innovation = Exchange(
+                Compressor(make_sparsifier("topk", compress_ratio=self.innovation),
+                           comp.index_codec, comp.value_codec, min_size=0, seed=comp.seed),
+                communicator=Allgather(), ledger=None, variable_factory=comp.variable_factory)
+            return helpers
 
-        helpers = getattr(comp, "lgc_codecs", None)
-        if helpers is None:
-            with tf.init_scope():
-                helpers = tf.Module(name="lgc_codecs")
-                helpers.values = Compressor(make_sparsifier("none"), None, comp.value_codec,
-                                            NoMemory(), ledger=None, min_size=0, seed=comp.seed,
-                                            variable_factory=comp.variable_factory)
-                helpers.innovation = Compressor(
-                    make_sparsifier("topk", compress_ratio=self.innovation), comp.index_codec,
-                    comp.value_codec, NoMemory(), ledger=None, min_size=0, seed=comp.seed,
-                    variable_factory=comp.variable_factory)
-            comp.lgc_codecs = helpers
-        return helpers
+        return comp.communicator_state("lgc_codecs", make)
 
     def phase_of(self, exchange):
         """1, 2 or 3 for exchange number `exchange` (1 = the first)."""
@@ -244,9 +251,7 @@ class _Lgc(communicators.Communicator):
         return guarded(positions, agree, ok), guarded(scale, agree, ok)
 
     # ------------------------------------------------------------ the step
-    def reduce_flat(self, transport, compressors, tensors_by_replica, keys):
-        from deepreduce_tf.compressors import BucketContext
-
+    def transfer(self, transport, exchanges, plan, prepared, keys):
         R = transport.num_replicas
         first = getattr(transport, "first_rank", None)
         if first is None:
@@ -260,40 +265,36 @@ class _Lgc(communicators.Communicator):
         if self.leader >= R:
             raise ValueError(f"{self.name}: lgc_leader={self.leader} but the group has only "
                              f"{R} replicas")
-        head = compressors[0]
         with tf.device(transport.reduce_device):
-            state = self._state(head, R)
-        ae = state.autoencoder
-        plans, flats = [], []
-        for comp, device, tensors in zip(compressors, transport.devices, tensors_by_replica):
-            with tf.device(device):
-                tensors = [tf.convert_to_tensor(t) for t in tensors]
-                plan = comp.plan(keys, tensors)
-                plans.append(plan)
-                flats.append(plan.pack(tensors))
-        plan = plans[0]
-        with tf.device(transport.reduce_device):
+            state = self._state(exchanges[0], R)
             signed = self._check_signature(state, plan)
+        ae = state.autoencoder
         sums = []
+        outcomes = [[] for _ in exchanges]
+        received = [[] for _ in exchanges]
         for b, bucket in enumerate(plan.buckets):
             key = bucket.key
             if not bucket.sparse_n:
-                rests = [[f[b]] for f in flats]
+                rests = [[p[b].rest] for p in prepared]
                 (total,) = transport.all_reduce(rests)
-                effects = []
-                for comp, device, f in zip(compressors, transport.devices, flats):
-                    with tf.device(device):
-                        nbytes = tf.size(f[b], out_type=tf.int64) * f[b].dtype.size
-                        effects += comp.record(BucketContext(key, bucket, bucket.dtype, bucket.n,
-                                                             bucket.nbytes, nbytes))
-                effects += self.record_reduced(transport, compressors, f"lgc/{key}", rests[0])
-                sums.append(guarded(total, *effects))
+                got = self.reduced(transport, rests[0])
+                for r, rest in enumerate(rests):
+                    nbytes = tf.size(rest[0], out_type=tf.int64) * rest[0].dtype.size
+                    outcomes[r].append(Outcome(None, None, BucketContext(
+                        key, bucket, bucket.dtype, bucket.n, bucket.nbytes, nbytes)))
+                    received[r].append((f"lgc/{key}", got))
+                sums.append(total)
                 continue
             # The weights are broadcast once per exchange, with the first sparse bucket.
             first = all(not x.sparse_n for x in plan.buckets[:b])
-            sums.append(self._bucket(transport, compressors, flats, b, bucket, ranks, state, ae,
-                                     broadcast=first))
-        return plan, [guarded(s_, signed) for s_ in sums]
+            out, outs, got = self._bucket(transport, exchanges, [p[b] for p in prepared], bucket,
+                                          ranks, state, ae, broadcast=first)
+            sums.append(out)
+            for r in range(len(exchanges)):
+                outcomes[r].append(outs[r])
+                received[r].append((f"lgc/{key}", got[r]))
+        sums = [guarded(s_, signed) for s_ in sums]
+        return Transfer(sums, outcomes, [[] for _ in exchanges], received)
 
     def _check_signature(self, state, plan):
         """Adopts this model's signature on the first exchange; afterwards (a
@@ -310,40 +311,38 @@ class _Lgc(communicators.Communicator):
         with tf.control_dependencies([c for c in (ok,) if c is not None]):
             return var.assign(tf.constant(sig, tf.int64), read_value=False) or tf.no_op()
 
-    def _bucket(self, transport, compressors, flats, b, bucket, ranks, state, ae,
+    def _bucket(self, transport, exchanges, prepared, bucket, ranks, state, ae,
                 broadcast=True):
-        from deepreduce_tf.compressors import BucketContext
-
+        """One bucket's two rounds. prepared[r]: replica r's Prepared bucket
+        (x compensated). Returns (the summed flat bucket, per replica its
+        Outcome and the bytes it received)."""
         R = transport.num_replicas
         key, n = bucket.key, bucket.sparse_n
-        ratio = compressors[0].sparsifier.compress_ratio
-        if compressors[0].sparsifier.scope == "bucket" or len(bucket.lengths) == 1:
+        head = exchanges[0]
+        ratio = head.sparsifier.compress_ratio
+        if head.sparsifier.scope == "bucket" or len(bucket.lengths) == 1:
             k = int(sparsify_ops.k_for_ratio(n, ratio))
         else:
             k = int(sum(sparsify_ops.segment_ks(bucket.lengths, ratio)))
-        config = self._config_id(key, bucket, k, compressors[0])
-        head = compressors[0]
+        config = self._config_id(key, bucket, k, head)
         with tf.device(transport.reduce_device):
             counter = self._counter(head, state, key)
             with tf.control_dependencies(ensure_initialized([counter] + ae.variables_all)):
                 exchange = tf.identity(counter.assign_add(1))
-        xs, deps = [], []
-        for comp, device, f in zip(compressors, transport.devices, flats):
+        xs = []
+        for ex, device, prep in zip(exchanges, transport.devices, prepared):
             with tf.device(device):
-                x = f[b][:n]
-                deps = comp.state_dependencies(key, x)
-                with tf.control_dependencies(deps):
-                    x = comp.memory.compensate(x, key)
-                    if comp.nonfinite == "raise":
-                        x = tf.debugging.assert_all_finite(
-                            x, message=f"gradient {key!r} holds NaN or Inf (nonfinite='raise')")
+                x = prep.x
+                if ex.nonfinite == "raise":
+                    x = tf.debugging.assert_all_finite(
+                        x, message=f"gradient {key!r} holds NaN or Inf (nonfinite='raise')")
                 xs.append(x)
         # Round A: the leader's positions and scale.
         sent_a = []
-        for comp, device, x, rank in zip(compressors, transport.devices, xs, ranks):
+        for ex, device, x, rank in zip(exchanges, transport.devices, xs, ranks):
             with tf.device(device):
                 if rank == self.leader:
-                    sent_a.append(self._leader_payload(comp, x, bucket, k, exchange, config))
+                    sent_a.append(self._leader_payload(ex, x, bucket, k, exchange, config))
                 else:
                     sent_a.append(tf.zeros([0], tf.uint8))
         received = transport.all_gather(sent_a, key=f"lgc/A/{key}")
@@ -359,48 +358,42 @@ class _Lgc(communicators.Communicator):
         training = tf.logical_and(exchange > self.warmup_steps, tf.logical_not(phase3))
         first3 = tf.equal(exchange, self.warmup_steps + self.train_steps + 1)
         if broadcast:
-            sync_bytes = self._sync_weights(transport, compressors, ranks, ae, first3, config,
+            sync_bytes = self._sync_weights(transport, exchanges, ranks, ae, first3, config,
                                             key)
         else:
             sync_bytes = tf.constant(0, tf.int64)
         with tf.control_dependencies([sync_bytes]):
             total, mine, sent_b, received_b, data = self._round_b(
-                transport, compressors, values, ranks, ae, scale, phase3, exchange, config,
+                transport, exchanges, values, ranks, ae, scale, phase3, exchange, config,
                 key, bucket, k)
         with tf.device(transport.reduce_device):
             loss = self._maybe_train(ae, training, data, k)
             sparse = tf.scatter_nd(tf.expand_dims(positions, 1), tf.cast(total, bucket.dtype),
                                    [n])
-        rests = [[f[b][n:]] for f in flats]
-        effects = [loss]
+        rests = [[prep.rest] for prep in prepared]
         if bucket.dense_n:
             (rest,) = transport.all_reduce(rests)
             out = tf.concat([sparse, rest], 0)
         else:
             out = sparse
-        for i, (comp, device, x, rank) in enumerate(zip(compressors, transport.devices, xs,
-                                                        ranks)):
+        outcomes, gots = [], []
+        for i, (device, x, rank) in enumerate(zip(transport.devices, xs, ranks)):
             with tf.device(device):
                 contribution = tf.cast(mine[i], bucket.dtype)
                 keep = tf.logical_not(tf.reduce_all(tf.math.is_finite(x)))
-                update = comp.memory.update_sent(key, x, Sent(x, positions, contribution),
-                                                 keep=keep)
-                nbytes = (tf.size(sent_a[i], out_type=tf.int64) + sent_b[i]
-                          + tf.size(rests[i][0], out_type=tf.int64) * bucket.dtype.size)
+                rest_bytes = tf.size(rests[i][0], out_type=tf.int64) * bucket.dtype.size
+                nbytes = tf.size(sent_a[i], out_type=tf.int64) + sent_b[i] + rest_bytes
                 got = (everyone_a - tf.size(sent_a[i], out_type=tf.int64) + received_b[i]
-                       + ring_received(tf.size(rests[i][0], out_type=tf.int64)
-                                       * bucket.dtype.size, R))
+                       + ring_received(rest_bytes, R))
                 if rank == 0:
                     nbytes += sync_bytes
                 else:
                     got += sync_bytes
-                effects += [update] + comp.record(BucketContext(key, bucket, bucket.dtype,
-                                                                bucket.n, bucket.nbytes, nbytes))
-                if comp.ledger is not None:
-                    effects += [op for op in comp.ledger.record_received(f"lgc/{key}", got)
-                                if op is not None]
-        effects += list(transport.effects)
-        return guarded(out, *effects)
+                outcomes.append(Outcome(Sent(x, positions, contribution), keep,
+                                        BucketContext(key, bucket, bucket.dtype, bucket.n,
+                                                      bucket.nbytes, nbytes)))
+                gots.append(got)
+        return guarded(out, loss, *transport.effects), outcomes, gots
 
     # ------------------------------------------------------------ pieces
     def _sync_weights(self, transport, compressors, ranks, ae, first3, config, key):
@@ -589,7 +582,7 @@ class LgcRAR(_Lgc):
 
     def _check_values(self, compressor):
         vc = compressor.value_codec
-        if vc.name not in communicators.Allreduce.WIRE_DTYPES:
+        if vc.name not in Allreduce.WIRE_DTYPES:
             return [f"latents are summed by an all-reduce, so the value codec must be additive "
                     f"(raw, fp16 or bf16), got {vc.name!r}"]
         return []
@@ -601,7 +594,7 @@ class LgcRAR(_Lgc):
 
     def _round_b(self, transport, compressors, values, ranks, ae, scale, phase3, exchange,
                  config, key, bucket, k):
-        wire = communicators.Allreduce.wire_dtype(compressors[0], tf.float32)
+        wire = Allreduce.wire_dtype(compressors[0], tf.float32)
 
         def early():
             sent = [tf.cast(tf.cast(v, tf.float32), wire) for v in values]
@@ -634,6 +627,3 @@ class LgcRAR(_Lgc):
         received = [ring_received(s_, r) for s_ in tf.unstack(sizes)]
         return total, tf.unstack(mine), tf.unstack(sizes), received, data
 
-
-for _cls in (LgcPS, LgcRAR):
-    communicators.register(_cls)

@@ -74,7 +74,7 @@ def containers(w, rng):
                             "deepreduce": "both", "index": index, "value": value})
         payload, _ = c.compress(gradient(rng, 2000), name="w")
         data = _bytes(payload)
-        kind, num_meta, num_sections = data[5], len(dr.compressors.META_FIELDS), 3
+        kind, num_meta, num_sections = data[5], len(dr.compressor.META_FIELDS), 3
         w.put("container", bytes([kind, num_meta, num_sections]), data,
               f"{sparsifier}_{index}_{value}")
         real.append((kind, num_meta, num_sections, data))

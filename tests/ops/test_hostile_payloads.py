@@ -58,7 +58,7 @@ def forge(payload, meta_changes=None, value_k=None):
     K of the value section's own 16-byte header), with a correct CRC."""
     kind, meta, sections = unpack(payload)
     for field, v in (meta_changes or {}).items():
-        meta[dr.compressors.META_FIELDS.index(field)] = v
+        meta[dr.compressor.META_FIELDS.index(field)] = v
     if value_k is not None:
         v = bytearray(sections[1])
         v[8:16] = struct.pack("<Q", value_k)
@@ -79,7 +79,7 @@ def _compressed(index, value, rng):
 def test_forged_counts_are_refused_by_the_receivers_bound(rng, index, value):
     c, _, payload, ctx = _compressed(index, value, rng)
     c.decompress(tf.constant(payload), ctx)  # the genuine one decodes
-    k = unpack(payload)[1][dr.compressors.META_FIELDS.index("count")]
+    k = unpack(payload)[1][dr.compressor.META_FIELDS.index("count")]
     cases = [
         # header count and the value section both claim 2^28 - 1 values
         forge(payload, {"count": HUGE, "k": HUGE}, value_k=HUGE),
@@ -119,7 +119,7 @@ def test_dense_payload_fields_must_be_consistent(rng):
     payload = payload.numpy()
     np.testing.assert_array_equal(c.decompress(tf.constant(payload), ctx).numpy(), g.numpy())
     _, meta, sections = unpack(payload)
-    assert meta[0] == dr.compressors.MODE_DENSE and meta[6] == meta[7] == 100
+    assert meta[0] == dr.compressor.MODE_DENSE and meta[6] == meta[7] == 100
     for changes in ({"k": HUGE}, {"count": HUGE}, {"k": 3}, {"aux0": 5}, {"aux1": 7}):
         with pytest.raises(IAE, match="dense payload"):
             c.decompress(tf.constant(forge(payload, changes)), ctx)

@@ -1,0 +1,222 @@
+"""The step, written once (GRACE's Communicator.step).
+
+    communicator.step(transport, exchanges, tensors_by_replica, keys)
+
+  1. prepare   every replica clips its batch, fuses it into buckets and
+               compensates each bucket with its memory; its step counter
+               gives the step's seed (Exchange.prepare_batch);
+  2. transfer  what travels, and how: the only part a communicator writes
+               (encode, hand to the transport, decode the sum);
+  3. commit    every replica updates its memory with exactly what the
+               receivers decoded of its contribution, and records the bytes
+               it sent and received (Exchange.commit);
+  4. finish    the sum (divided by the number of replicas for MEAN) is
+               copied to every replica: bit-identical everywhere.
+
+A communicator overrides transfer() (or its parts encode / exchange /
+decode), and, if it keeps no per-key counters of its own kind, counts()
+and checks_range. Allgather and Allreduce (deepreduce_tf.exchange) and LGC
+(deepreduce_tf.learned.lgc) differ only in what travels; a new one is one
+module and one line in deepreduce_tf.communicators.
+
+tf.IndexedSlices (embedding gradients) travel the same way with every
+communicator: compressed per replica (Exchange.compress_slices: no memory),
+all-gathered (rows differ between replicas, so they cannot be summed
+element-wise) and concatenated.
+"""
+import abc
+import collections
+
+import tensorflow as tf
+
+from deepreduce_tf._checks import guarded
+from deepreduce_tf.accounting import ring_received
+
+Transfer = collections.namedtuple("Transfer", ["sums", "outcomes", "sent", "received"])
+Transfer.__doc__ = """What transfer() returns.
+
+sums: one flat summed vector per bucket, on the transport's reduce device;
+outcomes[r][b]: replica r's exchange.Outcome of bucket b (what its memory
+keeps, its ledger records); sent[r], received[r]: lists of (key, bytes) to
+record for replica r beyond the buckets' own (a batch container, the bytes
+received from the others)."""
+
+
+class Communicator(abc.ABC):
+    """Decides what travels; the step around it is written here once."""
+
+    name = None
+    # True if payloads are summed element-wise by the transport.
+    additive = False
+    # True: prepare() also checks that the compensated values fit the value
+    # codec (the all-gather payload falls back to dense when they do not).
+    checks_range = False
+
+    def check(self, exchange):
+        """Raises ValueError if `exchange` (its compressor, warm-up,
+        clipping) cannot use this communicator."""
+
+    def counts(self, exchange):
+        """(counted, seeded) of a bucket with a sparse section: whether the
+        step advances the key's counter and derives a seed from it."""
+        return exchange.counts()
+
+    # ------------------------------------------------------------ the step
+    def step(self, transport, exchanges, tensors_by_replica, keys, average=False, effects=()):
+        """prepare -> transfer -> commit -> finish (the module docstring).
+
+        Args:
+          transport: a transport.Transport.
+          exchanges: one exchange.Exchange per device of the transport (each
+            with its own state), same configuration.
+          tensors_by_replica: per device, the batch's tensors (same keys,
+            shapes and dtypes on every replica).
+          keys: one unique name per tensor (memory and accounting key).
+          average: divide by the number of replicas in the group (MEAN).
+          effects: ops (counters) the result must depend on, so that a TF1
+            graph runs them.
+
+        Returns, per device of the transport, the reduced tensors in batch
+        order (bit-identical on every device).
+        """
+        plan, sums = self.reduce_flat(transport, exchanges, tensors_by_replica, keys)
+        return self._finish(transport, plan, sums, average, effects)
+
+    def reduce_flat(self, transport, exchanges, tensors_by_replica, keys):
+        """prepare -> transfer -> commit. Returns (plan, sums): the fusion.Plan
+        and one flat summed vector per bucket, on transport.reduce_device."""
+        plan, prepared = self.prepare(transport, exchanges, tensors_by_replica, keys)
+        result = self.transfer(transport, exchanges, plan, prepared, keys)
+        return plan, self.commit(transport, exchanges, prepared, result)
+
+    def prepare(self, transport, exchanges, tensors_by_replica, keys):
+        """(plan, prepared): prepared[r][b] is replica r's Prepared bucket b."""
+        plan, prepared = None, []
+        for ex, device, tensors in zip(exchanges, transport.devices, tensors_by_replica):
+            with tf.device(device):
+                tensors = [tf.convert_to_tensor(t) for t in tensors]
+                plan = ex.plan(keys, tensors)
+                prepared.append(ex.prepare_batch(plan, tensors, self.counts(ex),
+                                                 self.checks_range))
+        return plan, prepared
+
+    def transfer(self, transport, exchanges, plan, prepared, keys):
+        """What travels: encodes every replica's prepared buckets, exchanges
+        them through the transport and decodes the sum. Returns a Transfer.
+        (A communicator of earlier versions that overrides reduce_flat()
+        whole keeps working without it.)"""
+        raise NotImplementedError(f"communicator {type(self).__name__} must override "
+                                  "transfer() (or reduce_flat())")
+
+    @staticmethod
+    def commit(transport, exchanges, prepared, result):
+        """Every replica's memory updates and byte records; returns the sums,
+        made to depend on them."""
+        effects = []
+        for r, (ex, device) in enumerate(zip(exchanges, transport.devices)):
+            with tf.device(device):
+                for prep, outcome in zip(prepared[r], result.outcomes[r]):
+                    effects += ex.commit(prep, outcome)
+                for key, nbytes in result.sent[r]:
+                    effects += ex.record_bytes(key, nbytes)
+                for key, nbytes in result.received[r]:
+                    effects += ex.record_received(key, nbytes)
+        if not effects:
+            return list(result.sums)
+        with tf.device(transport.reduce_device):
+            return [guarded(s, *effects) for s in result.sums]
+
+    @staticmethod
+    def _finish(transport, plan, sums, average, effects):
+        """The summed buckets -> the reduced tensors on every device."""
+        effects = list(effects) + list(transport.effects)
+        if effects:
+            sums = [guarded(s_, *effects) for s_ in sums]
+        if average:
+            with tf.device(transport.reduce_device):
+                sums = [s / tf.cast(transport.num_replicas, s.dtype) for s in sums]
+        copies = [transport.replicate(s) for s in sums]  # [bucket][device]
+        out = []
+        for d, device in enumerate(transport.devices):
+            with tf.device(device):
+                out.append(plan.unpack([c[d] for c in copies]))
+        return out
+
+    # ---------------------------------------------------------- slices
+    def step_slices(self, transport, exchanges, slices_by_replica, key, average=False,
+                    effects=()):
+        """The reduction of one tf.IndexedSlices gradient: compressed with
+        compress_slices, all-gathered, decoded once, concatenated; returns a
+        copy per device."""
+        payloads, ctx = self._compress_slices(transport, exchanges, slices_by_replica, key)
+        received = transport.all_gather(payloads, key=f"slices/{key}")
+        return self._finish_slices(transport, exchanges, key, received, payloads, ctx,
+                                   average, effects)
+
+    @staticmethod
+    def _compress_slices(transport, exchanges, slices_by_replica, key):
+        payloads, ctx = [], None
+        for ex, device, sl in zip(exchanges, transport.devices, slices_by_replica):
+            with tf.device(device):
+                p, c = ex.compress_slices(sl, key)
+            payloads.append(p)
+            ctx = ctx or c
+        return payloads, ctx
+
+    def _finish_slices(self, transport, exchanges, key, received, payloads, ctx, average,
+                       effects):
+        with tf.device(transport.reduce_device):
+            effects = list(effects) + self.record_received(exchanges, f"slices/{key}",
+                                                           received, payloads)
+            parts = [exchanges[0].decompress_slices(p, ctx) for p in received]
+            total = tf.IndexedSlices(tf.concat([p.values for p in parts], 0),
+                                     tf.concat([p.indices for p in parts], 0),
+                                     parts[0].dense_shape)
+            values = guarded(total.values, *effects, *transport.effects)
+            if average:
+                values = values / tf.cast(transport.num_replicas, values.dtype)
+            total = tf.IndexedSlices(values, total.indices, total.dense_shape)
+        return transport.replicate(total)
+
+    def step_all(self, transport, exchanges, tensors_by_replica, keys, slices_by_replica,
+                 slice_keys, average=False, effects=()):
+        """A whole batch: its dense tensors (step()) and its tf.IndexedSlices
+        (step_slices()). Returns (dense, slices): dense[d] as step() returns
+        it (None without dense tensors), slices[j][d] the reduced slices j on
+        device d. This default exchanges them one after the other; Allgather
+        sends all of them in one collective."""
+        dense = None
+        if keys:
+            dense = self.step(transport, exchanges, tensors_by_replica, keys, average=average,
+                              effects=effects)
+        slices = [self.step_slices(transport, exchanges, [s[j] for s in slices_by_replica],
+                                   key, average=average, effects=effects)
+                  for j, key in enumerate(slice_keys)]
+        return dense, slices
+
+    # ------------------------------------------------------- accounting
+    @staticmethod
+    def gathered(received, sent):
+        """Per replica, the bytes of the gathered payloads `received` that
+        came from the others (all of them but its own `sent[d]`)."""
+        total = tf.add_n([tf.size(p, out_type=tf.int64) for p in received])
+        return [total - tf.size(own, out_type=tf.int64) for own in sent]
+
+    @classmethod
+    def record_received(cls, exchanges, key, received, sent):
+        """Records gathered() bytes for each replica; returns the ledger ops."""
+        ops = []
+        for ex, got in zip(exchanges, cls.gathered(received, sent)):
+            ops += ex.record_received(key, got)
+        return ops
+
+    @staticmethod
+    def reduced(transport, vectors):
+        """What an all-reduce of `vectors` (one replica's) delivers to each
+        replica: a ring all-reduce's 2 (R - 1) / R of their bytes."""
+        nbytes = tf.add_n([tf.size(v, out_type=tf.int64) * v.dtype.size for v in vectors]
+                          or [tf.constant(0, tf.int64)])
+        return ring_received(nbytes, transport.num_replicas)
+
+    def __repr__(self):
+        return f"{type(self).__name__}()"

@@ -1,0 +1,508 @@
+"""One replica's end of the exchange: a stateless Compressor and, beside it,
+what a step keeps between steps.
+
+    exchange = deepreduce_tf.from_params({'compressor': 'topk', ...})
+    payload, ctx = exchange.compress(grad, name="dense/kernel")
+    grad_sum = exchange.decompress(payload, ctx)   # for each worker's payload
+
+An Exchange holds, per key (a variable or a fused bucket): the residual
+memory, the step counter that seeds randomk and QSGD (equal on every
+worker), the warm-up's progress, and the byte ledger; plus the local
+clipping and warm-up configuration and the communicator, chosen once. It
+is a tf.Module: a checkpoint holding it saves its state (as the
+Compressor of earlier versions did, under the same names: memory, steps,
+ledger, and a communicator's own state such as lgc).
+
+Every path of a step is the same three pieces: prepare() (clip, compensate
+with memory, advance the counter, derive the seed), an encoding by the
+Compressor or the communicator, and commit() (update the memory with
+exactly what the receivers decode, record the bytes).
+deepreduce_tf.exchange.base.Communicator.step runs them around the
+transport; compress(), compress_bucket(), compress_batch() and
+compress_slices() run the sender's half locally, for tests and for trying a
+configuration.
+"""
+import collections
+import math
+
+import tensorflow as tf
+
+from deepreduce_tf import accounting
+from deepreduce_tf._checks import guarded
+from deepreduce_tf._variables import default_variable_factory, ensure_initialized
+from deepreduce_tf.compressor import (WARMUP_CHOICES, BatchContext, BucketContext, Compressor,
+                                      Context, _graph_safe)
+from deepreduce_tf.memory import Memory, NoMemory
+
+Prepared = collections.namedtuple(
+    "Prepared", ["key", "x", "rest", "fits", "step", "seed", "warmup", "deps"])
+Prepared.__doc__ = """One key's compensated input to an encoding.
+
+key: the memory and ledger key; x: the memory-compensated flat gradient (a
+bucket's sparse section; None when the bucket has none); rest: a bucket's
+dense section (None for a tensor); fits: whether x fits the value codec
+(None when not computed); step: the key's step number (None when the key
+keeps no counter); seed: int64 scalar seed of this step; warmup: (in_warmup,
+ratio) or None; deps: the state's initialization ops (TF1 graphs)."""
+
+Outcome = collections.namedtuple("Outcome", ["sent", "keep", "ctx"])
+Outcome.__doc__ = """What one key's encoding sent: sent, the memory.Sent of
+what the receivers decode (None: nothing to remember); keep, a bool scalar
+(True: the step held NaN/Inf, leave the residual as it was) or None; ctx,
+the context recorded in the byte ledger (None: nothing)."""
+
+
+class Exchange(tf.Module):
+    """A Compressor with the state a step keeps beside it, for one replica.
+
+    Args:
+      compressor: a deepreduce_tf.compressor.Compressor (stateless).
+      memory: a memory.Memory (default none).
+      communicator: the communicator the exchange runs (deepreduce_tf.
+        exchange; default all-gather), checked here against the compressor.
+      ledger: an accounting.ByteLedger, None for no accounting (and no
+        accounting variables), or by default a new one.
+      variable_factory: callable(initial_value, name) -> tf.Variable used
+        for every state variable (residuals, step counters, byte counters,
+        codec state) unless the memory/ledger brought their own;
+        tf.distribute integrations use it to create per-replica variables.
+      warmup_steps: the first warmup_steps steps of every tensor/bucket
+        are a warm-up (default 0: none), of kind `warmup`:
+          'dense'        sent uncompressed (dense mode, residual empty);
+          'exponential'  DGC's warm-up: top-k density falls exponentially
+                         from 25 % at step 1 to compress_ratio at step
+                         warmup_steps + 1 (ratio_t = 0.25 (r / 0.25)^((t-1)/W));
+                         needs compressor 'topk'.
+      clip_norm: local gradient clipping (DGC): each worker scales its
+        gradients so that their global L2 norm (over the batch of
+        compress_batch, over the tensor for compress) is at most clip_norm,
+        before error feedback. None (default): no clipping.
+
+    Raises:
+      ValueError: an incompatible combination (the message says why).
+    """
+
+    def __init__(self, compressor, memory=None, communicator=None, ledger="default",
+                 variable_factory=None, warmup_steps=0, warmup="dense", clip_norm=None,
+                 name=None):
+        super().__init__(name=name)
+        if not isinstance(compressor, Compressor):
+            raise TypeError(f"compressor must be a deepreduce_tf.compressor.Compressor, got "
+                            f"{compressor!r}")
+        self.compressor = compressor
+        # Tracked as attributes (as before): a stateful codec's variables are
+        # saved under index_codec / value_codec.
+        self.sparsifier = compressor.sparsifier
+        self.index_codec = compressor.index_codec
+        self.value_codec = compressor.value_codec
+        self.variable_factory = variable_factory or default_variable_factory
+        self.memory = memory if memory is not None else NoMemory()
+        if not isinstance(self.memory, Memory):
+            raise TypeError(f"memory must be a deepreduce_tf.memory.Memory, got {memory!r}")
+        if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
+            raise ValueError(f"warmup_steps must be an integer >= 0, got {warmup_steps!r}")
+        if warmup not in WARMUP_CHOICES:
+            raise ValueError(f"warmup must be one of {', '.join(WARMUP_CHOICES)}, got {warmup!r}")
+        if warmup_steps and self.sparsifier.dense:
+            raise ValueError("warmup_steps needs a sparsifier (compressor 'none' sends every "
+                             "position already)")
+        if warmup_steps and warmup == "exponential" and not hasattr(self.sparsifier,
+                                                                    "select_ratio_values"):
+            raise ValueError(f"warmup='exponential' shrinks top-k's ratio; compressor "
+                             f"{self.sparsifier.name!r} has none (use warmup='dense')")
+        self.warmup_steps = warmup_steps
+        self.warmup = warmup
+        if clip_norm is not None:
+            try:
+                clip_norm = float(clip_norm)
+            except (TypeError, ValueError):
+                clip_norm = -1.0
+            if not clip_norm > 0 or clip_norm == float("inf"):
+                raise ValueError(f"clip_norm must be a finite number > 0 or None, got "
+                                 f"{clip_norm!r}")
+        self.clip_norm = clip_norm
+        if communicator is None:
+            raise TypeError("Exchange needs its communicator (deepreduce_tf.communicators); "
+                            "deepreduce_tf.from_params chooses it from the parameters")
+        self.communicator = communicator
+        self.communicator.check(self)
+        if variable_factory is not None and getattr(self.memory, "_factory_given", True) is False:
+            self.memory._factory = variable_factory  # pylint: disable=protected-access
+        for codec in compressor.codecs:
+            codec.build(self.variable_factory)
+        self.ledger = (accounting.ByteLedger(variable_factory=self.variable_factory)
+                       if ledger == "default" else ledger)
+        self.steps = {}
+
+    # ------------------------------------------------------ the compressor's
+    min_size = property(lambda self: self.compressor.min_size)
+    nonfinite = property(lambda self: self.compressor.nonfinite)
+    seed = property(lambda self: self.compressor.seed)
+    bucket_cap_mb = property(lambda self: self.compressor.bucket_cap_mb)
+    config_id = property(lambda self: self.compressor.config_id)
+
+    def plan(self, keys, tensors):
+        """The fusion plan of a batch (cached per keys, shapes and dtypes)."""
+        return self.compressor.plan(keys, tensors)
+
+    def identity(self, key, shape):
+        return self.compressor.identity(key, shape)
+
+    def value_limit(self, dtype):
+        return self.compressor.value_limit(dtype)
+
+    # Decoding needs the configuration only: the compressor's.
+    def decompress(self, payload, ctx):
+        return self.compressor.decompress(payload, ctx)
+
+    def decompress_bucket(self, payload, ctx):
+        return self.compressor.decompress_bucket(payload, ctx)
+
+    def decompress_buckets_sum(self, payloads, ctx):
+        return self.compressor.decompress_buckets_sum(payloads, ctx)
+
+    def decompress_batch(self, payload, ctx):
+        return self.compressor.decompress_batch(payload, ctx)
+
+    def decompress_batch_flat(self, payload, ctx):
+        return self.compressor.decompress_batch_flat(payload, ctx)
+
+    def decompress_batch_sum(self, payloads, ctx):
+        return self.compressor.decompress_batch_sum(payloads, ctx)
+
+    def decompress_slices(self, payload, ctx):
+        return self.compressor.decompress_slices(payload, ctx)
+
+    # ----------------------------------------------------------- helpers
+    @property
+    def additive(self):
+        """True if the communicator sums payloads element-wise."""
+        return self.communicator.additive
+
+    def __repr__(self):
+        c = self.compressor
+        return (f"Compressor({c.sparsifier!r}, index={c.index_codec!r}, "
+                f"value={c.value_codec!r}, memory={type(self.memory).__name__}, "
+                f"communicator={type(self.communicator).__name__}, min_size={c.min_size})")
+
+    @property
+    def stateless(self):
+        """True if a step creates no variables (ledger aside)."""
+        return (isinstance(self.memory, NoMemory) and not self.compressor.needs_seed(False)
+                and self.compressor.stateless)
+
+    def _check_tensor(self, tensor, name):
+        return self.compressor.check_tensor(tensor, name)
+
+    def _needs_seed(self, dense):
+        return self.compressor.needs_seed(dense)
+
+    def _key(self, name):
+        if name is None and not isinstance(self.memory, NoMemory):
+            raise ValueError("residual memory keeps one residual per variable: pass "
+                             "compress(tensor, name=...) with the variable's name")
+        return self.compressor._key(name)  # pylint: disable=protected-access
+
+    def _batch_keys(self, tensors, names):
+        if names is None and not isinstance(self.memory, NoMemory):
+            raise ValueError("residual memory keeps residuals per variable: pass "
+                             "compress_batch(tensors, names=[...]) with one name per tensor")
+        return self.compressor._batch_keys(tensors, names)  # pylint: disable=protected-access
+
+    def receiver_context(self, name, shape, dtype):
+        """The Context with which a worker that did not compress the tensor
+        `name` of this shape and dtype decodes another worker's payload of it
+        (what compress() would have returned there, less the payload size)."""
+        self._key(name)
+        return self.compressor.receiver_context(name, shape, dtype)
+
+    def receiver_batch_context(self, specs, names=None):
+        """The BatchContext with which a worker that did not compress a batch
+        of tensors (tf.TensorSpec-like: .shape, .dtype) decodes another
+        worker's compress_batch() payload of them."""
+        return self.compressor.receiver_batch_context(specs, self._batch_keys(specs, names))
+
+    def communicator_state(self, name, make):
+        """State a communicator keeps per replica beside the compressor (LGC's
+        autoencoder), tracked as attribute `name` so that checkpoints save
+        it: created by make() on first use, then returned."""
+        state = getattr(self, name, None)
+        if state is None:
+            with tf.init_scope():
+                state = make()
+            setattr(self, name, state)
+        return state
+
+    # ------------------------------------------------------------- state
+    def step_counter(self, key):
+        """The per-key step counter variable (created on first use)."""
+        counter = self.steps.get(key)
+        if counter is None:
+            with tf.init_scope():
+                counter = self.variable_factory(tf.constant(0, tf.int64), "step")
+                self.steps[key] = counter
+        return counter
+
+    def advance(self, key):
+        """Advances the key's step counter; returns the step number (1 on the
+        first step)."""
+        return self.step_counter(key).assign_add(1)
+
+    def step_seed(self, key, step=None):
+        """A per-key, per-step seed, equal on every worker (advances the
+        key's step counter unless `step`, from advance(), is given)."""
+        step = self.advance(key) if step is None else step
+        return step + tf.constant(self.compressor.key_seed(key) << 20, tf.int64)
+
+    _step_seed = step_seed
+
+    def counts(self, dense=False):
+        """(counted, seeded) of a tensor/bucket: whether its compress
+        advances a step counter, and whether its encoding needs the seed."""
+        seeded = self.compressor.needs_seed(dense)
+        return seeded or (not dense and self.warmup_steps > 0), seeded
+
+    def warmup_plan(self, step):
+        """(in_warmup, ratio) for this step: a bool scalar (None without
+        warm-up) and, for the exponential warm-up, the step's top-k ratio."""
+        if not self.warmup_steps or step is None:
+            return None
+        steps = tf.constant(self.warmup_steps, tf.int64)
+        in_warmup = step <= steps
+        if self.warmup == "dense":
+            return in_warmup, None
+        start, target = 0.25, self.sparsifier.compress_ratio
+        if target >= start:
+            return None
+        frac = tf.cast(tf.minimum(step - 1, steps), tf.float64) / float(self.warmup_steps)
+        ratio = start * tf.exp(frac * math.log(target / start))
+        return in_warmup, ratio
+
+    def clip(self, tensors):
+        """Local clipping: tensors scaled so that their global L2 norm is at
+        most clip_norm (unchanged when it is already)."""
+        if self.clip_norm is None:
+            return tensors
+        clipped, _ = tf.clip_by_global_norm(tensors, self.clip_norm)
+        return [tf.convert_to_tensor(t) for t in clipped]
+
+    def state_dependencies(self, key, like=None, seeded=False):
+        """Creates the state `key` needs (residual shaped like `like`, step
+        counter if seeded) and returns the ops that initialize it in a TF1
+        graph (see _variables.ensure_initialized); [] under eager execution."""
+        variables = []
+        if like is not None and not isinstance(self.memory, NoMemory):
+            state = getattr(self.memory, "state_variables", None)
+            residual = getattr(self.memory, "residual", None)
+            if state is not None:
+                variables.extend(state(key, like))
+            elif residual is not None:
+                variables.append(residual(key, like=like))
+        if seeded:
+            variables.append(self.step_counter(key))
+        if self.ledger is not None:
+            variables.extend(self.ledger.variables_for(key))
+        for codec in self.compressor.codecs:
+            variables.extend(getattr(codec, "variables", ()) or ())
+        return ensure_initialized(variables)
+
+    def record(self, ctx):
+        """Records ctx in the ledger; returns the update ops ([] without a
+        ledger or under eager execution), which the caller's output must
+        depend on (see _checks.guarded)."""
+        if self.ledger is None or ctx is None:
+            return []
+        return [op for op in self.ledger.record(ctx) or () if op is not None]
+
+    def record_bytes(self, key, sent):
+        """Records bytes sent that are not one key's (a batch container)."""
+        if self.ledger is None:
+            return []
+        return [op for op in self.ledger.record_bytes(key, sent) or () if op is not None]
+
+    def record_received(self, key, nbytes):
+        """Records the bytes this replica received from the others in
+        exchange `key`."""
+        if self.ledger is None:
+            return []
+        return [op for op in self.ledger.record_received(key, nbytes) or () if op is not None]
+
+    # ----------------------------------------------------- the step's ends
+    def prepare(self, key, x, counted, seeded, within=True, rest=None):
+        """Compensates the flat gradient x with the key's memory, advances its
+        step counter (counted) and derives the step's seed (seeded).
+        within: also compute whether the result fits the value codec (in
+        the compensation's pass). Returns a Prepared."""
+        deps = self.state_dependencies(key, x, counted)
+        with tf.control_dependencies(deps):
+            if within:
+                x, fits = self.memory.compensate_within(x, key, self.value_limit(x.dtype))
+            else:
+                x, fits = self.memory.compensate(x, key), None
+            step = self.advance(key) if counted else None
+            seed = self.step_seed(key, step) if seeded else tf.constant(0, tf.int64)
+            warmup = self.warmup_plan(step)
+        return Prepared(key, x, rest, fits, step, seed, warmup, deps)
+
+    def prepare_bucket(self, bucket, flat, counts=None, within=True):
+        """prepare() of a fused bucket's sparse section (its dense section
+        travels as it is). counts: (counted, seeded), default counts()."""
+        key, sparse_n, dense_n = bucket.key, bucket.sparse_n, bucket.dense_n
+        rest = flat[sparse_n:] if sparse_n else flat
+        if not sparse_n:
+            return Prepared(key, None, rest, None, None, tf.constant(0, tf.int64), None,
+                            self.state_dependencies(key))
+        x = flat[:sparse_n] if dense_n else flat
+        counted, seeded = self.counts() if counts is None else counts
+        return self.prepare(key, x, counted, seeded, within, rest)
+
+    def prepare_batch(self, plan, tensors, counts=None, within=True):
+        """Clips a batch, packs it into the plan's buckets and prepares each."""
+        flats = plan.pack(self.clip(tensors))
+        return [self.prepare_bucket(b, f, counts, within) for b, f in zip(plan.buckets, flats)]
+
+    def commit(self, prepared, outcome):
+        """Updates the key's memory with what the receivers decode and
+        records the bytes. Returns the ops the step's output must depend on."""
+        with tf.control_dependencies(prepared.deps):
+            effects = []
+            if outcome.sent is not None:
+                effects.append(self.memory.update_sent(prepared.key, prepared.x, outcome.sent,
+                                                       keep=outcome.keep))
+            effects += self.record(outcome.ctx)
+        return [e for e in effects if e is not None]
+
+    # --------------------------------------------- the all-gather encoding
+    def encode_bucket(self, bucket, prepared):
+        """A prepared bucket -> (payload, Outcome): the all-gather wire
+        format (compressor.bucket_payload)."""
+        comp = self.compressor
+        if bucket.sparse_n:
+            with tf.control_dependencies(prepared.deps):
+                enc, keep = comp.encode(prepared.x, bucket.key, prepared.seed, bucket.lengths,
+                                        prepared.warmup, prepared.fits)
+            sent = comp.sent(enc)
+        else:
+            enc, keep, sent = comp.encode_empty(bucket.dtype), None, None
+        payload, ctx = comp.bucket_payload(bucket, enc, prepared.rest)
+        return payload, Outcome(sent, keep, ctx)
+
+    def encode_batch(self, plan, prepared):
+        """Prepared buckets -> (payload, BatchContext, outcomes, container):
+        one payload for the batch; container is the (key, bytes) of the
+        batch container that wraps several buckets (None for one)."""
+        parts, outcomes = [], []
+        for bucket, prep in zip(plan.buckets, prepared):
+            p, out = self.encode_bucket(bucket, prep)
+            parts.append(p)
+            outcomes.append(out)
+        payload = self.compressor.batch_payload(plan, parts)
+        ctx = BatchContext(plan, tuple(o.ctx for o in outcomes))
+        container = None
+        if len(parts) > 1:
+            container = (f"(batch container)/{len(parts)}",
+                         tf.size(payload, out_type=tf.int64)
+                         - tf.add_n([o.ctx.payload_bytes for o in outcomes]))
+        return payload, ctx, outcomes, container
+
+    # ------------------------------------------- the sender's half, locally
+    @_graph_safe
+    def compress(self, tensor, name=None):
+        """Compresses one gradient (memory compensation and update included).
+
+        Args:
+          tensor: float16/bfloat16/float32/float64 tensor of static shape.
+          name: the variable's name (the memory key); required with residual
+            memory. The payload's config field fingerprints it with the
+            shape and the configuration, so that decompress() refuses the
+            payload of another variable; with name=None that identity is
+            the shape (and configuration) only.
+
+        Returns:
+          (payload, ctx): payload is a uint8 vector; ctx a Context, kept
+          locally.
+
+        Raises:
+          TypeError / ValueError: unsupported dtype, dynamic shape, missing
+            name.
+          InvalidArgumentError: (run time) NaN/Inf with nonfinite='raise'.
+        """
+        comp = self.compressor
+        key = self._key(name)
+        tensor = comp.check_tensor(tensor, key)
+        n = tensor.shape.num_elements()
+        identity = comp.identity(key, tensor.shape)
+        x = tf.reshape(tensor, [-1])
+        if n < comp.min_size:
+            deps = self.state_dependencies(key)
+            with tf.control_dependencies(deps):
+                payload = comp.dense_payload(x, identity)
+                ctx = comp.context(key, tensor, True, payload)
+                return guarded(payload, *self.record(ctx)), ctx
+        (x,) = self.clip([x])
+        prep = self.prepare(key, x, *self.counts())
+        with tf.control_dependencies(prep.deps):
+            enc, keep = comp.encode(prep.x, key, prep.seed, warmup=prep.warmup, fits=prep.fits)
+            payload = comp.tensor_payload(enc, x.dtype, n, identity)
+            ctx = comp.context(key, tensor, False, payload)
+        return guarded(payload, *self.commit(prep, Outcome(comp.sent(enc), keep, ctx))), ctx
+
+    @_graph_safe
+    def compress_bucket(self, bucket, flat):
+        """Compresses one fused bucket (fusion.Bucket) given as its flat
+        vector: ONE sparsification (per variable, with a segmented kernel, or
+        over the bucket with topk_scope='bucket'), one index and one value
+        coding of the sparse section, the dense section as raw bytes.
+
+        Returns (payload, BucketContext)."""
+        flat = self.compressor.check_bucket(bucket, flat)
+        prep = self.prepare_bucket(bucket, flat)
+        payload, outcome = self.encode_bucket(bucket, prep)
+        return guarded(payload, *self.commit(prep, outcome)), outcome.ctx
+
+    @_graph_safe
+    def compress_batch(self, tensors, names=None):
+        """Compresses several gradients into ONE payload: the tensors are fused
+        into buckets (deepreduce_tf.fusion: per dtype, at most bucket_cap_mb
+        each, small tensors in a dense section) and each bucket is compressed
+        once (compress_bucket). The graph this builds does not grow with the
+        number of tensors, apart from the reshapes that pack and unpack them.
+
+        Args:
+          tensors: float tensors of static shapes.
+          names: one unique name per tensor (their memory keys); required
+            with residual memory.
+
+        Returns:
+          (payload, ctx): the batch payload (the bucket's payload when the
+          batch fits one bucket, else a container of kind KIND_BATCH whose
+          sections are the bucket payloads) and a BatchContext.
+        """
+        tensors = [tf.convert_to_tensor(t) for t in tensors]
+        keys = self._batch_keys(tensors, names)
+        for t, k in zip(tensors, keys):
+            self.compressor.check_tensor(t, k)
+        plan = self.plan(keys, tensors)
+        prepared = self.prepare_batch(plan, tensors)
+        payload, ctx, outcomes, container = self.encode_batch(plan, prepared)
+        effects = []
+        for prep, outcome in zip(prepared, outcomes):
+            effects += self.commit(prep, outcome)
+        if container is not None:
+            effects += self.record_bytes(*container)
+        return guarded(payload, *effects), ctx
+
+    @_graph_safe
+    def compress_slices(self, slices, name=None, dense_shape=None):
+        """Compresses a tf.IndexedSlices gradient without densifying it
+        (Compressor.encode_slices: rows sorted and coded losslessly, values by
+        the value codec; no sparsifier and no memory apply).
+
+        Returns (payload, SlicesContext)."""
+        deps = self.state_dependencies(name or "slices")
+        with tf.control_dependencies(deps):
+            payload, ctx = self.compressor.encode_slices(slices, name, dense_shape)
+            return guarded(payload, *self.record(ctx)), ctx
+
+
+__all__ = ["BatchContext", "BucketContext", "Context", "Exchange", "Outcome", "Prepared"]
