@@ -38,6 +38,7 @@ from deepreduce_tf import fusion
 from deepreduce_tf._checks import guarded
 from deepreduce_tf.accounting import ring_received
 from deepreduce_tf.memory import Sent
+from deepreduce_tf.ops import codec_table
 from deepreduce_tf.transport import LocalTransport, ordered_sum
 
 
@@ -263,8 +264,9 @@ class Allreduce(Communicator):
                              "works with every combination.")
 
     # value codec -> the dtype its summable values travel in (None: the
-    # gradient's own).
-    WIRE_DTYPES = {"raw": None, "fp16": tf.float16, "bf16": tf.bfloat16}
+    # gradient's own): the codec table's wire_dtype column.
+    WIRE_DTYPES = {name: None if dtype == "gradient" else tf.as_dtype(dtype)
+                   for name, dtype in codec_table.wire_dtypes().items()}
 
     @classmethod
     def wire_dtype(cls, compressor, dtype):
