@@ -54,6 +54,20 @@ def cuda_archs():
     return out
 
 
+def check_codec_table():
+    """Refuses to compile kernels whose codec table (the committed, generated
+    kernels/common/codec_table.h) differs from deepreduce_tf/ops/codec_table.py."""
+    import importlib.util
+
+    path = os.path.join(ROOT, "deepreduce_tf", "ops", "codec_table.py")
+    spec = importlib.util.spec_from_file_location("_deepreduce_codec_table", path)
+    table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(table)  # pure data: no TensorFlow, no package import
+    problem = table.header_mismatch(ROOT)
+    if problem:
+        raise SystemExit(problem)
+
+
 def kernel_sources():
     """CPU sources, GPU-only host sources (*_gpu.cc) and CUDA sources."""
     cc = sorted(glob.glob(os.path.join(ROOT, "kernels", "**", "*.cc"), recursive=True))
@@ -99,6 +113,7 @@ class BuildOps(build_ext):
                 f"which could not be imported ({e}). Install it first and build "
                 "without isolation:\n  pip install tensorflow-cpu==2.21.0\n"
                 "  pip install --no-build-isolation .") from e
+        check_codec_table()
         with_cuda = cuda_requested()
         archs = cuda_archs() if with_cuda else []
         version = read_version()

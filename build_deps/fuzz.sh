@@ -15,7 +15,9 @@
 #   --install   apt-get install clang-14 and libfuzzer-14-dev if missing (CI)
 #   --budget    total fuzzing seconds over all targets (default 180, env
 #               DR_FUZZ_BUDGET)
-#   --targets   only these targets (names as in tests/fuzz_corpus/)
+#   --targets   only these targets (names as in tests/fuzz_corpus/: the
+#               non-codec targets and every codec with kernels in the codec
+#               table, deepreduce_tf/ops/codec_table.py)
 # Env: DR_FUZZ_DIR: work directory (default: a new temporary one). Nothing is
 # written into the source tree: the corpus is fuzzed in a scratch copy, and
 # findings go to $DR_FUZZ_DIR/findings/.
@@ -37,10 +39,6 @@ while [ $# -gt 0 ]; do
   shift
 done
 case "$budget" in ''|*[!0-9]*) echo "fuzz.sh: --budget must be whole seconds, got '$budget'" >&2; exit 2 ;; esac
-
-# The harness's targets, in the order of its enum Target (byte 0 of an input).
-targets=(container container_edit perm int32 bitmap rle golomb bloom polyfit dexp qsgd
-         fp16 bf16 deflate)
 
 cxx=clang++-14
 have_tools() {
@@ -65,6 +63,10 @@ bin="$work/decoders_fuzzer"
 echo "fuzz.sh: building $bin"
 "$cxx" -std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
   -I"$root" "$root/kernels/fuzz/decoders_fuzzer.cpp" -lz -o "$bin"
+# The harness's targets, in the order of its enum Target (byte 0 of an input):
+# the binary lists them, from the codec table it was compiled with.
+mapfile -t targets < <(DR_FUZZ_LIST=1 "$bin")
+[ "${#targets[@]}" -gt 0 ] || { echo "fuzz.sh: $bin listed no targets" >&2; exit 1; }
 
 # Bounds: 64 MiB for one allocation, 2 GiB resident, 2 s per input.
 flags=(-timeout=2 -malloc_limit_mb=64 -rss_limit_mb=2048 -max_len=16384

@@ -21,7 +21,8 @@ from deepreduce_tf.ops import value as value_ops
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = os.path.join(REPO_ROOT, "docs", "codecs.md")
 
-# The payload format's codec ids: permanent.
+# The payload format's codec ids: permanent (a codec added to the codec
+# table takes a new id).
 HISTORIC_IDS = {
     "index": {"raw": 0, "int32": 1, "bitmap": 2, "rle": 3, "golomb": 4, "bloom": 5},
     "value": {"raw": 0, "polyfit": 1, "dexp": 2, "qsgd": 3, "fp16": 4, "bf16": 5, "deflate": 6},
@@ -57,9 +58,9 @@ def test_wire_ids_are_the_historic_ones_and_unique():
         specs = codecs.specs(kind)
         ids = [s.wire_id for s in specs]
         assert len(ids) == len(set(ids)), kind
-        assert {s.name: s.wire_id for s in specs} == HISTORIC_IDS[kind]
+        assert HISTORIC_IDS[kind].items() <= {s.name: s.wire_id for s in specs}.items()
         for s in specs:
-            assert s.cls is HISTORIC_CLASSES[kind][s.name]
+            assert s.cls is HISTORIC_CLASSES[kind].get(s.name, s.cls)
             assert (s.cls.name, s.cls.codec_id, s.cls.spec) == (s.name, s.wire_id, s)
             assert codecs.spec_by_wire_id(kind, s.wire_id) is s
     # The value ops' own payload ids agree with the registry's.
@@ -87,11 +88,12 @@ def test_every_alias_resolves(kind):
 
 
 def test_views_read_like_the_original_tables():
-    assert list(codecs.INDEX_CODECS) == list(HISTORIC_IDS["index"])
-    assert list(codecs.VALUE_CODECS) == list(HISTORIC_IDS["value"])
-    assert dict(codecs.INDEX_CODECS) == HISTORIC_CLASSES["index"]
+    n = len(HISTORIC_IDS["index"])
+    assert list(codecs.INDEX_CODECS)[:n] == list(HISTORIC_IDS["index"])
+    assert list(codecs.VALUE_CODECS)[:len(HISTORIC_IDS["value"])] == list(HISTORIC_IDS["value"])
+    assert HISTORIC_CLASSES["index"].items() <= dict(codecs.INDEX_CODECS).items()
     assert codecs.VALUE_CODECS["qsgd"] is vc.QsgdValue and "golomb" in ic.INDEX_CODECS
-    assert tuple(ic.INDEX_CODECS) == ("raw", "int32", "bitmap", "rle", "golomb", "bloom")
+    assert tuple(ic.INDEX_CODECS)[:n] == ("raw", "int32", "bitmap", "rle", "golomb", "bloom")
     # params' derived tables keep the original entries.
     from deepreduce_tf import params
 
@@ -131,7 +133,8 @@ def test_attributes_kept():
 
 def test_unknown_codec_lists_choices():
     with pytest.raises(ValueError, match=r"unknown index codec 'huffman'; valid choices: raw, "
-                                         r"int32, bitmap, rle, golomb, bloom \(aliases: none=raw"):
+                                         r"int32, bitmap, rle, golomb, bloom\b.* \(aliases: "
+                                         r"none=raw"):
         codecs.make_index_codec("huffman")
     with pytest.raises(ValueError, match="unknown value codec 'zstd'; valid choices: raw, "
                                          "polyfit, dexp, qsgd, fp16, bf16, deflate"):

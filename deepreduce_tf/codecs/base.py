@@ -1,10 +1,13 @@
-"""The codec registry: every index and value codec is declared ONCE, here.
+"""The codec registry: every index and value codec is declared ONCE.
 
-A codec is a class (codecs.index.IndexCodec or codecs.value.ValueCodec)
-decorated with `register`:
+A codec's identity (name, wire id, aliases, and for value codecs whether its
+values can be summed) is its row of the codec table, deepreduce_tf/ops/
+codec_table.py, which the kernels share (kernels/common/codec_table.h). Its
+Python side is a class (codecs.index.IndexCodec or codecs.value.ValueCodec)
+decorated with `register`, which names the row and declares the rest:
 
-    @register("golomb", wire_id=4, aliases=("gr", "rice", "lossless"),
-              params=(Param("block_size", ...),), summary="block Golomb-Rice gaps")
+    @register("golomb", params=(Param("block_size", ...),),
+              summary="block Golomb-Rice gaps")
     class GolombIndex(_OpIndex):
         ...
 
@@ -18,7 +21,9 @@ validation and which codec a key configures), the deepreduce-bench flags
 (choices, help, one flag per parameter) and docs/codecs.md (markdown_table()).
 
 Wire ids are part of the payload format (the header's index_codec /
-value_codec fields): unique per kind, never reused, never renumbered.
+value_codec fields): unique per kind, never reused, never renumbered. A codec
+outside the table (a plugin, a test) passes its own wire_id and aliases; the
+table's ids stay reserved for the table's codecs.
 
 Parameters (Param) carry the from_params key (also the flag name), the
 constructor argument, the default, the type with its range or choices and a
@@ -39,7 +44,9 @@ import functools
 import numbers
 import typing
 
-KINDS = ("index", "value")
+from deepreduce_tf.ops import codec_table
+
+KINDS = codec_table.KINDS
 _FLAG_NAMES = ("lossless", "sorting", "seeded", "carries_order", "summable", "stateful")
 
 
@@ -373,6 +380,7 @@ class CodecRegistry:
             if other.wire_id == wid:
                 raise ValueError(f"{kind} codec {spec.name!r}: wire id {wid} is already used "
                                  f"by {kind} codec {other.name!r}")
+        _check_table_row(kind, spec.name, wid, spec.aliases)
         self._check_params(spec)
         taken[spec.name] = spec
         for a in spec.aliases:
@@ -503,14 +511,38 @@ class CodecRegistry:
 
 REGISTRY = CodecRegistry()
 
+_TABLE_SOURCE = "the codec table (deepreduce_tf/ops/codec_table.py)"
 
-def register(name, *, wire_id, aliases=(), params=(), summary="", additive=None, **props):
+
+def _check_table_row(kind, name, wire_id, aliases):
+    """A codec of the codec table must carry its row's id and aliases; any
+    other codec must stay off the table's ids (they are never reused)."""
+    row = codec_table.row(kind, name)
+    if row is not None:
+        if wire_id != row.wire_id:
+            raise ValueError(f"{kind} codec {name!r}: wire id {wire_id} differs from "
+                             f"{_TABLE_SOURCE}, which gives it {row.wire_id}")
+        if not set(row.aliases) <= set(aliases):
+            raise ValueError(f"{kind} codec {name!r}: aliases {tuple(aliases)} lack those of "
+                             f"{_TABLE_SOURCE}, {row.aliases}")
+        return
+    for other in codec_table.rows(kind):
+        if other.wire_id == wire_id:
+            raise ValueError(f"{kind} codec {name!r}: wire id {wire_id} is reserved for "
+                             f"{kind} codec {other.name!r} by {_TABLE_SOURCE}")
+
+
+def register(name, *, wire_id=None, aliases=None, params=(), summary="", additive=None,
+             **props):
     """Class decorator: declares an IndexCodec/ValueCodec subclass as a codec.
 
     Args:
-      name: canonical name (from_params value, --index/--value choice).
+      name: canonical name (from_params value, --index/--value choice); a
+        codec of the codec table takes its wire id, aliases and (value
+        codecs) summable from its row.
       wire_id: the payload header's codec id; unique per kind, permanent.
-      aliases: other accepted names.
+        Only for codecs outside the table (where it must equal the row's).
+      aliases: other accepted names (default: the row's, or none).
       params: Param declarations of the constructor's parameters.
       summary: one line for --help and docs/codecs.md (default: the first
         line of the class docstring).
@@ -519,7 +551,9 @@ def register(name, *, wire_id, aliases=(), params=(), summary="", additive=None,
         each defaults to the class's attribute (inherited from the base).
 
     Raises:
-      ValueError: duplicate name, alias or wire id, or conflicting parameters.
+      ValueError: duplicate name, alias or wire id, a codec outside the table
+        without a wire id, a table codec whose wire id, aliases or summable
+        differ from its row, or conflicting parameters.
     """
     unknown = set(props) - set(_FLAG_NAMES)
     if unknown:
@@ -532,15 +566,32 @@ def register(name, *, wire_id, aliases=(), params=(), summary="", additive=None,
         if not (isinstance(cls, type) and issubclass(cls, Codec)) or cls.kind not in KINDS:
             raise TypeError(f"register() decorates IndexCodec / ValueCodec subclasses, got "
                             f"{cls!r}")
+        kind = cls.kind
+        row = codec_table.row(kind, name)
+        wid, names = wire_id, aliases
+        if row is not None:
+            wid = row.wire_id if wid is None else wid
+            names = row.aliases if names is None else names
+        elif wid is None:
+            raise ValueError(f"{kind} codec {name!r} is not in {_TABLE_SOURCE}: pass its "
+                             "wire_id")
         values = {f: bool(props[f]) if f in props else bool(getattr(cls, f))
                   for f in _FLAG_NAMES}
         if "summable" not in props:
             values["summable"] = bool(cls.summable or cls.additive)
+        if row is not None and kind == "value":
+            table_summable = row.wire_dtype is not None
+            if "summable" in props and values["summable"] != table_summable:
+                raise ValueError(f"value codec {name!r}: summable={values['summable']} "
+                                 f"differs from {_TABLE_SOURCE} (wire_dtype "
+                                 f"{row.wire_dtype!r})")
+            values["summable"] = table_summable
         text = summary or (cls.__doc__ or "").strip().split("\n")[0]
-        spec = CodecSpec(name=name, kind=cls.kind, wire_id=wire_id, cls=cls,
-                         aliases=tuple(aliases), params=tuple(params), summary=text, **values)
+        spec = CodecSpec(name=name, kind=kind, wire_id=wid, cls=cls,
+                         aliases=tuple(names or ()), params=tuple(params), summary=text,
+                         **values)
         REGISTRY.register(spec)
-        cls.name, cls.codec_id, cls.spec = name, wire_id, spec
+        cls.name, cls.codec_id, cls.spec = name, wid, spec
         for f, v in values.items():
             setattr(cls, f, v)
         cls.additive = values["summable"]
@@ -631,6 +682,41 @@ def _yes(flag):
     return "yes" if flag else "no"
 
 
+ADDING_A_CODEC = [
+    "## Adding a codec", "",
+    "What a new codec touches (`<name>`: its table name, `<Camel>`: the same in "
+    "CamelCase). A codec written in Python alone: steps 1, 2 and a test, 3 files. A codec "
+    "with kernels: all five steps; step 3 is its format header plus the op family's "
+    "registration and kernel files, so 8 files for an index codec (9 for a value codec, "
+    "whose op wrapper dispatches by name).", "",
+    "1. `deepreduce_tf/ops/codec_table.py`: its row: name, the next free wire id of its kind, "
+    "aliases, `kernels` (the op family, or None for a codec written in Python alone) and, "
+    "for a value codec, `wire_dtype` (None unless its values can be summed). Then "
+    "regenerate the two derived files, `python deepreduce_tf/ops/codec_table.py > "
+    "kernels/common/codec_table.h` and `python -m deepreduce_tf.codecs > docs/codecs.md` "
+    "(setup.py refuses to build a stale header; the op loader refuses a library compiled "
+    "with another table).",
+    "2. `deepreduce_tf/codecs/index.py` or `value.py`: the class, decorated with "
+    "`@register(\"<name>\", params=(...), summary=...)`; it takes its wire id and aliases "
+    "from the row. A codec with kernels subclasses `_OpIndex` / `_OpValue`.",
+    "3. The kernels (`kernels=\"index\"` or `\"value\"` only): the format, a TF-free "
+    "encoder and `core::` decoder in `kernels/<family>/<name>.h` (kCodec<Camel> and "
+    "CodecName() come from the table), and its ops in the family's files: REGISTER_OP "
+    "`DeepReduce>IndexEncode<Camel>` / `IndexDecode<Camel>` in `kernels/ops/index_ops.cc` "
+    "(deepreduce_tf.ops.index finds them by name), the OpKernels in "
+    "`kernels/<family>/<family>_kernels.h/.cc`; a value codec also adds its op call to "
+    "`deepreduce_tf/ops/value.py`.",
+    "4. `kernels/fuzz/decoders_fuzzer.cpp` (codecs with kernels): `Fuzz<Camel>()`; the "
+    "harness does not build without it. Its target, build_deps/fuzz.sh's list and the "
+    "corpus tests follow the table; `tests/fuzz_corpus/make_corpus.py` writes its seeds.",
+    "5. `tests/index_reference.py` or `tests/value_reference.py`: the numpy reference. "
+    "tests/ops/test_index_codecs.py, the registry tests (round trip through from_params) "
+    "and the fuzz-corpus tests are parameterized over the table.", "",
+    "A codec outside the table (a plugin, a test) passes `wire_id=` and `aliases=` to "
+    "`register` and cannot take a table id.", "",
+]
+
+
 def markdown_table(registry=None):
     """docs/codecs.md: the codecs and their parameters, from the registry.
 
@@ -641,10 +727,14 @@ def markdown_table(registry=None):
     out = ["# Codecs", "",
            f"<!-- Generated from the codec registry (deepreduce_tf/codecs/base.py) by "
            f"`{REGENERATE_DOCS}`; do not edit by hand. -->", "",
-           "Every codec is declared once, with `deepreduce_tf.codecs.register`; "
-           "`from_params`, the deepreduce-bench flags, the payload's codec ids and this page "
-           "derive from that declaration. The wire id is the payload header's `index_codec` / "
-           "`value_codec` field: permanent, unique per kind.", ""]
+           "Every codec is declared once: its name, wire id and aliases (and, for a value "
+           "codec, whether its values are summed and in which dtype) in the codec table, "
+           "`deepreduce_tf/ops/codec_table.py`; its parameters and properties with "
+           "`deepreduce_tf.codecs.register`. The kernels' codec ids "
+           "(`kernels/common/codec_table.h`, generated from the table), `from_params`, the "
+           "deepreduce-bench flags, the decoder fuzz targets and this page derive from those "
+           "declarations. The wire id is the payload header's `index_codec` / `value_codec` "
+           "field: permanent, unique per kind.", ""]
     columns = {
         "index": ("lossless", "carries_order", "stateful"),
         "value": ("lossless", "summable", "sorting", "seeded", "stateful"),
@@ -677,4 +767,5 @@ def markdown_table(registry=None):
                help_text]
         out.append("| " + " | ".join(_cell(v) for v in row) + " |")
     out.append("")
+    out += ADDING_A_CODEC
     return "\n".join(out)

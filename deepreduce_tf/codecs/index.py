@@ -1,8 +1,9 @@
 """Index codecs: the positions of a sparse tensor <-> one uint8 section.
 
-Each codec is declared once with codecs.base.register (name, wire id,
-aliases, parameters); INDEX_CODECS and INDEX_ALIASES are live views of that
-registry.
+Each codec is a row of the codec table (deepreduce_tf/ops/codec_table.py:
+name, wire id, aliases) and a class declared with codecs.base.register
+(parameters, properties); INDEX_CODECS and INDEX_ALIASES are live views of
+that registry.
 
 Every codec maps a strictly increasing int64 vector of K positions out of
 [0, n) to bytes and back. encode() also returns the positions the RECEIVER
@@ -78,7 +79,7 @@ class IndexCodec(Codec):
         positions (same order as the sender's IndexEncoding.positions)."""
 
 
-@register("raw", wire_id=0, aliases=("none",), carries_order=True,
+@register("raw", carries_order=True,
           summary="the positions as little-endian int32 (int64 when n > 2^31 - 1); keeps "
                   "any order")
 class RawIndex(IndexCodec):
@@ -125,17 +126,17 @@ class _OpIndex(IndexCodec):
                   f"{self.name} index section: index out of range of the tensor"))
 
 
-@register("int32", wire_id=1, summary="deepreduce_tf.index 'int32': 4 bytes per index + header")
+@register("int32", summary="deepreduce_tf.index 'int32': 4 bytes per index + header")
 class Int32Index(_OpIndex):
     op_codec = "int32"
 
 
-@register("bitmap", wire_id=2, summary="one bit per element: n/8 bytes")
+@register("bitmap", summary="one bit per element: n/8 bytes")
 class BitmapIndex(_OpIndex):
     op_codec = "bitmap"
 
 
-@register("rle", wire_id=3, summary="run-length varint gaps")
+@register("rle", summary="run-length varint gaps")
 class RleIndex(_OpIndex):
     op_codec = "rle"
 
@@ -144,7 +145,7 @@ def _check_block_size(value):
     index_ops._block_size_attr(value)
 
 
-@register("golomb", wire_id=4, aliases=("gr", "rice", "lossless"),
+@register("golomb",
           params=(Param("block_size", int, "auto", literals=("auto", None),
                         check=_check_block_size,
                         doc_type=f"auto or a power of two in [{index_ops.MIN_BLOCK_SIZE}, "
@@ -162,7 +163,7 @@ class GolombIndex(_OpIndex):
         return {"block_size": self.block_size}
 
 
-@register("bloom", wire_id=5, aliases=("bloom_cpu",), lossless=False,
+@register("bloom", lossless=False,
           params=(Param("fpr", float, 0.001, low=0, high=1, low_open=True, high_open=True,
                         aliases=("bloom_fpr",), help="Bloom filter false-positive rate"),
                   Param("policy", str, "conflict_sets", choices=tuple(bloom_ops.POLICIES),

@@ -12,9 +12,11 @@
   deflate  zlib of the float32 bytes; lossless for float32 (float16 and
            bfloat16 widen exactly; float64 is rounded to float32 first).
 
-All codecs but raw work on float32; the compressor casts. Each codec is
-declared once with codecs.base.register (name, wire id, aliases, parameters);
-VALUE_CODECS and VALUE_ALIASES are live views of that registry.
+All codecs but raw work on float32; the compressor casts. Each codec is a
+row of the codec table (deepreduce_tf/ops/codec_table.py: name, wire id,
+aliases, summable and the dtype it is summed in) and a class declared with
+codecs.base.register (parameters, properties); VALUE_CODECS and VALUE_ALIASES
+are live views of that registry.
 """
 import abc
 import collections
@@ -71,7 +73,7 @@ def _check_count(values, count, name):
         f"{name} value section: value count differs from the payload header's count"))
 
 
-@register("raw", wire_id=0, aliases=("none",), lossless=True, summable=True,
+@register("raw", lossless=True,
           summary="the values' own bytes in the gradient's dtype")
 class RawValue(ValueCodec):
     def encode(self, values, seed):
@@ -107,18 +109,17 @@ class _OpValue(ValueCodec):
         return _check_count(value_ops.decode(self.name, section, **kwargs), count, self.name)
 
 
-@register("fp16", wire_id=4, aliases=("float16", "half"), summable=True,
-          summary="IEEE half (round to nearest even); NaN/Inf kept")
+@register("fp16", summary="IEEE half (round to nearest even); NaN/Inf kept")
 class Fp16Value(_OpValue):
     max_abs = 65504.0  # the largest finite half: larger values would round to Inf
 
 
-@register("bf16", wire_id=5, aliases=("bfloat16",), summable=True, summary="bfloat16")
+@register("bf16", summary="bfloat16")
 class Bf16Value(_OpValue):
     max_abs = 3.3895313892515355e38  # the largest finite bfloat16
 
 
-@register("deflate", wire_id=6, aliases=("zlib", "gzip"), lossless=True,
+@register("deflate", lossless=True,
           params=(Param("deflate_level", int, 6, arg="level", low=0, high=9,
                         help="zlib compression level"),),
           summary="zlib of the float32 bytes (lossless for float32, float16, bfloat16)")
@@ -131,7 +132,7 @@ class DeflateValue(_OpValue):
         return {"level": self.level}
 
 
-@register("polyfit", wire_id=1, aliases=("polyfit_cpu",), sorting=True,
+@register("polyfit", sorting=True,
           params=(Param("poly_degree", int, 5, arg="degree", low=0, high=15,
                         aliases=("degree",), help="polyfit polynomial degree"),
                   Param("segmentation", str, "greedy", choices=tuple(value_ops.SEGMENTATIONS),
@@ -158,13 +159,13 @@ class PolyfitValue(_OpValue):
         return dict(self.config())
 
 
-@register("dexp", wire_id=2, sorting=True,
+@register("dexp", sorting=True,
           summary="double-exponential fit of the sorted values; reorders")
 class DexpValue(_OpValue):
     max_abs = FIT_MAX_ABS
 
 
-@register("qsgd", wire_id=3, seeded=True,
+@register("qsgd", seeded=True,
           params=(Param("bits", int, None, low=1, high=8,
                         help="QSGD bits per value, s = 2^bits - 1 levels; bits or "
                              "quantum_num, not both (neither: 127 levels)"),

@@ -14,6 +14,7 @@ from deepreduce_tf.compressor import BucketContext
 from deepreduce_tf.exchange.base import Communicator, Transfer
 from deepreduce_tf.exchange.endpoint import Outcome
 from deepreduce_tf.memory import Sent
+from deepreduce_tf.ops import codec_table
 
 
 class Allreduce(Communicator):
@@ -21,8 +22,9 @@ class Allreduce(Communicator):
     additive = True
 
     # value codec -> the dtype its summable values travel in (None: the
-    # gradient's own).
-    WIRE_DTYPES = {"raw": None, "fp16": tf.float16, "bf16": tf.bfloat16}
+    # gradient's own): the codec table's wire_dtype column.
+    WIRE_DTYPES = {name: None if dtype == "gradient" else tf.as_dtype(dtype)
+                   for name, dtype in codec_table.wire_dtypes().items()}
 
     def check(self, exchange):
         problems = []

@@ -13,6 +13,11 @@ library that fails the checks is an error naming the variable, never a
 silent fall-back to the library installed inside the package (which would
 run other code than the developer asked for). Without the variable, the
 package's own ops/_deepreduce_ops.so is loaded.
+
+The library also reports the codec table it was compiled with (kernels/
+common/codec_table.h); a library whose table differs from deepreduce_tf/ops/
+codec_table.py (a stale build, a hand-edited header) is refused: its codec
+ids would not be the ones the Python side writes and expects.
 """
 import json
 import os
@@ -123,10 +128,39 @@ def _load():
             if _minor(info["tf_version"]) != _minor(running):
                 tried.append((path, f"binary reports TensorFlow {info['tf_version']}"))
                 continue
+            mismatch = codec_table_mismatch(info.get("codecs"))
+            if mismatch:
+                tried.append((path, mismatch))
+                continue
             _build_info = info
             _module = module
             return module
         _fail(tried, running, built, override)
+
+
+def codec_table_mismatch(compiled):
+    """None if `compiled` (BuildInfo's "codecs") is the codec table of
+    deepreduce_tf/ops/codec_table.py, else why not, in one line."""
+    from deepreduce_tf.ops import codec_table
+
+    expected = codec_table.build_info_table()
+    if compiled == expected:
+        return None
+    if not isinstance(compiled, dict):
+        return ("binary reports no codec table (built before "
+                f"{codec_table.HEADER_PATH} existed)")
+    diffs = []
+    for kind in codec_table.KINDS:
+        have, want = compiled.get(kind) or {}, expected[kind]
+        for name in sorted(set(have) | set(want), key=lambda n: (n not in want, n)):
+            if have.get(name) != want.get(name):
+                diffs.append(f"{kind} codec {name!r}: wire id "
+                             f"{'absent' if name not in have else have[name]} in the binary, "
+                             f"{'absent' if name not in want else want[name]} in "
+                             "codec_table.py")
+    return ("binary was compiled with another codec table (" + "; ".join(diffs) + "); "
+            f"regenerate {codec_table.HEADER_PATH} with `{codec_table.REGENERATE_HEADER}` "
+            "and rebuild")
 
 
 def _run_build_info(tf, module):

@@ -23,7 +23,7 @@ Codecs (CODECS), sizes for K indices out of n:
           the chosen size is in the header. Small blocks win on clustered
           sets such as real top-k gradients; on uniform random sets it stays
           within ~1-2 % of the information bound log2 C(n, K) at 0.1-1 %
-          density, header included. Aliases: "gr", "rice".
+          density, header included. Aliases: "gr", "rice", "lossless".
 
 The formats are specified in kernels/index/{index_format,rle,golomb}.h.
 Every decoder checks the header and every length against the payload it
@@ -34,12 +34,14 @@ indices in [0, n).
 import numpy as np
 import tensorflow as tf
 
-from deepreduce_tf.ops import _loader
+from deepreduce_tf.ops import _loader, codec_table
 
-CODECS = ("int32", "bitmap", "rle", "golomb")
-ALIASES = {"gr": "golomb", "rice": "golomb"}
-# Codec id (payload byte 1) of each codec; kernels/index/index_format.h.
-CODEC_IDS = {"int32": 1, "bitmap": 2, "rle": 3, "golomb": 4}
+# The codecs whose payload is this format, their aliases and their codec id
+# (payload byte 1): the codec table's rows with kernels="index"
+# (deepreduce_tf/ops/codec_table.py, kernels/common/codec_table.h).
+CODECS = codec_table.names("index", kernels="index")
+ALIASES = codec_table.aliases("index", kernels="index")
+CODEC_IDS = codec_table.wire_ids("index", kernels="index")
 MAGIC = 0xDE
 FORMAT_VERSION = 1
 DEFAULT_BLOCK_SIZE = "auto"
@@ -48,8 +50,6 @@ DEFAULT_BLOCK_SIZE = "auto"
 AUTO_BLOCK_SIZES = tuple(1 << b for b in range(4, 13))
 MIN_BLOCK_SIZE = 16
 MAX_BLOCK_SIZE = 65536
-
-_OP_SUFFIX = {"int32": "int32", "bitmap": "bitmap", "rle": "rle", "golomb": "golomb"}
 
 
 def _invalid(message):
@@ -122,7 +122,7 @@ def encode(codec, indices, universe_size, block_size=DEFAULT_BLOCK_SIZE, name=No
     if codec == "golomb":
         return ops.deep_reduce_index_encode_golomb(indices, n, block_size=block_size,
                                                    name=name)
-    return getattr(ops, f"deep_reduce_index_encode_{_OP_SUFFIX[codec]}")(indices, n, name=name)
+    return getattr(ops, f"deep_reduce_index_encode_{codec}")(indices, n, name=name)
 
 
 def decode(codec, payload, out_idx=tf.int64, name=None):
@@ -152,7 +152,7 @@ def decode(codec, payload, out_idx=tf.int64, name=None):
     payload = tf.convert_to_tensor(payload)
     if payload.dtype != tf.uint8:
         raise _invalid(f"payload must be uint8, got {payload.dtype.name}")
-    op = getattr(_loader.load(), f"deep_reduce_index_decode_{_OP_SUFFIX[codec]}")
+    op = getattr(_loader.load(), f"deep_reduce_index_decode_{codec}")
     return op(payload, out_idx=out_idx, name=name)
 
 

@@ -44,13 +44,16 @@ import collections
 
 import tensorflow as tf
 
-from deepreduce_tf.ops import _loader
+from deepreduce_tf.ops import _loader, codec_table
 
-CODECS = ("polyfit", "dexp", "qsgd", "fp16", "bf16", "deflate")
+# The codecs whose payload is this format and their codec id (payload byte
+# 2): the codec table's rows with kernels="value"
+# (deepreduce_tf/ops/codec_table.py, kernels/common/codec_table.h).
+CODECS = codec_table.names("value", kernels="value")
 # Codecs whose decoded order differs from the input order (perm not identity).
 SORTING_CODECS = ("polyfit", "dexp")
 SEGMENTATIONS = ("greedy", "geometric")
-CODEC_IDS = {"polyfit": 1, "dexp": 2, "qsgd": 3, "fp16": 4, "bf16": 5, "deflate": 6}
+CODEC_IDS = codec_table.wire_ids("value", kernels="value")
 
 _ENCODE_PARAMS = {
     "polyfit": {"degree": 5, "segmentation": "greedy", "segments": 0, "out_idx": tf.int64},

@@ -1,7 +1,9 @@
 // DeepReduce>BuildInfo: what this binary holds, reported by the binary itself
-// (deepreduce_tf.cuda_built() and the loader's version check read it).
+// (deepreduce_tf.cuda_built() and the loader's version and codec-table checks
+// read it).
 #include <string>
 
+#include "kernels/common/codec_table.h"
 #include "tensorflow/core/framework/op_kernel.h"
 
 #ifndef DEEPREDUCE_TF_VERSION
@@ -18,6 +20,24 @@
 
 namespace deepreduce {
 namespace {
+
+// The codec table this binary was compiled with, as JSON:
+// {"index": {"raw": 0, ...}, "value": {...}} (codec_table.build_info_table()).
+void AddCodec(std::string* json, const char* name, int wire_id) {
+  if (json->back() != '{') *json += ", ";
+  *json += std::string("\"") + name + "\": " + std::to_string(wire_id);
+}
+
+std::string CodecsJson() {
+  std::string index = "{", value = "{";
+#define DR_INDEX_JSON(name, Camel, id, kernels) AddCodec(&index, #name, id);
+#define DR_VALUE_JSON(name, Camel, id, kernels) AddCodec(&value, #name, id);
+  DR_INDEX_CODECS(DR_INDEX_JSON)
+  DR_VALUE_CODECS(DR_VALUE_JSON)
+#undef DR_INDEX_JSON
+#undef DR_VALUE_JSON
+  return "{\"index\": " + index + "}, \"value\": " + value + "}}";
+}
 
 class BuildInfoOp : public ::tensorflow::OpKernel {
  public:
@@ -36,7 +56,7 @@ class BuildInfoOp : public ::tensorflow::OpKernel {
         std::string("{\"version\": \"") + DEEPREDUCE_TF_VERSION +
         "\", \"tf_version\": \"" + DEEPREDUCE_BUILT_TF_VERSION +
         "\", \"cuda\": " + cuda + ", \"cuda_archs\": \"" +
-        DEEPREDUCE_CUDA_ARCHS + "\"}";
+        DEEPREDUCE_CUDA_ARCHS + "\", \"codecs\": " + CodecsJson() + "}";
   }
 };
 

@@ -8,6 +8,13 @@
 // (.cpp, not .cc: the op library's builds, setup.py, dev_build_lib.sh and
 // BUILD, compile every kernels/**/*.cc, and this file is no part of it.)
 //
+// Targets: container, container_edit and perm, then one per codec with
+// kernels in the codec table (kernels/common/codec_table.h: index codecs,
+// then value codecs, each in wire-id order), handled by Fuzz<Camel>(): a
+// codec added to the table without one does not build. DR_FUZZ_LIST=1
+// prints the target names in order and exits (fuzz.sh reads them;
+// deepreduce_tf/ops/codec_table.py's fuzz_targets() is the same list).
+//
 // Input (little-endian): byte 0 picks the target (byte 0 % kNumTargets),
 // the next bytes are the receiver's parameters, the rest is the payload:
 //   0 container       u8 kind, u8 num_meta, u8 num_sections | container
@@ -21,7 +28,7 @@
 //                     (none) | value payload
 // With DR_FUZZ_TARGET=<number> in the environment, inputs of other targets
 // are skipped (fuzz.sh runs one target at a time for per-target numbers).
-// tests/test_fuzz_corpus.py reads the same layout.
+// tests/ops/test_fuzz_corpus.py reads the same layout.
 //
 // Oracles (a failure aborts, so libFuzzer keeps the input):
 //  * crash, undefined behaviour, leak: the sanitizers; hang: -timeout;
@@ -50,6 +57,7 @@
 #include "kernels/bloom/bloom.h"
 #include "kernels/bloom/bloom_decode.h"
 #include "kernels/common/bit_io.h"
+#include "kernels/common/codec_table.h"
 #include "kernels/common/crc32c.h"
 #include "kernels/common/parse_status.h"
 #include "kernels/common/varint.h"
@@ -78,22 +86,22 @@ struct RealContainer {
 };
 #include "kernels/fuzz/real_containers.inc"
 
+#define DR_FUZZ_TARGETS(X)                             \
+  X(container, Container) X(container_edit, ContainerEdit) X(perm, Perm) \
+  DR_INDEX_KERNEL_CODECS(DR_FUZZ_CODEC) DR_VALUE_KERNEL_CODECS(DR_FUZZ_CODEC)
+#define DR_FUZZ_CODEC(name, Camel, id, kernels) X(name, Camel)
+
 enum Target {
-  kContainer,
-  kContainerEdit,
-  kPerm,
-  kInt32,
-  kBitmap,
-  kRle,
-  kGolomb,
-  kBloom,
-  kPolyfit,
-  kDexp,
-  kQsgd,
-  kFp16,
-  kBf16,
-  kDeflate,
+#define X(name, Camel) k##Camel,
+  DR_FUZZ_TARGETS(X)
+#undef X
   kNumTargets
+};
+
+const char* const kTargetNames[] = {
+#define X(name, Camel) #name,
+    DR_FUZZ_TARGETS(X)
+#undef X
 };
 
 // Outputs per payload byte the self-sized formats can reach (a bitmap byte
@@ -306,10 +314,7 @@ std::vector<uint8_t> GolombAgain(const index::CommonHeader& h, int log2_block,
   return out;
 }
 
-void FuzzIndex(Target target, Reader r) {
-  static const uint8_t kCodec[] = {index::kCodecInt32, index::kCodecBitmap, index::kCodecRle,
-                                   index::kCodecGolomb};
-  const uint8_t codec = kCodec[target - kInt32];
+void FuzzIndex(uint8_t codec, Reader r) {
   const char* name = index::CodecName(codec);
   uint64_t flags;
   if (!r.Take(1, &flags)) return;
@@ -396,6 +401,11 @@ void FuzzIndex(Target target, Reader r) {
 }
 
 // -------------------------------------------------------------------- bloom --
+
+void FuzzInt32(Reader r) { FuzzIndex(index::kCodecInt32, r); }
+void FuzzBitmap(Reader r) { FuzzIndex(index::kCodecBitmap, r); }
+void FuzzRle(Reader r) { FuzzIndex(index::kCodecRle, r); }
+void FuzzGolomb(Reader r) { FuzzIndex(index::kCodecGolomb, r); }
 
 void FuzzBloom(Reader r) {
   uint64_t h, m, n, seed;
@@ -528,6 +538,9 @@ void FuzzHalf(Reader r) {
   }
 }
 
+void FuzzFp16(Reader r) { FuzzHalf<value::kCodecFp16>(r); }
+void FuzzBf16(Reader r) { FuzzHalf<value::kCodecBf16>(r); }
+
 void FuzzDeflate(Reader r) {
   const int64_t size = static_cast<int64_t>(r.left);
   uint64_t k, clen;
@@ -545,6 +558,11 @@ void FuzzDeflate(Reader r) {
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   const char* only = std::getenv("DR_FUZZ_TARGET");
   if (only != nullptr && *only != '\0') deepreduce::fuzz::g_only_target = std::atoi(only);
+  const char* list = std::getenv("DR_FUZZ_LIST");
+  if (list != nullptr && *list == '1') {
+    for (const char* name : deepreduce::fuzz::kTargetNames) std::printf("%s\n", name);
+    std::exit(0);
+  }
   const char* verbose = std::getenv("DR_FUZZ_VERBOSE");
   deepreduce::fuzz::g_verbose = verbose != nullptr && *verbose == '1';
   return 0;
@@ -557,20 +575,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (g_only_target >= 0 && t != g_only_target) return 0;
   const Reader r{data + 1, size - 1};
   switch (t) {
-    case kContainer: FuzzContainer(r); break;
-    case kContainerEdit: FuzzContainerEdit(r); break;
-    case kPerm: FuzzPerm(r); break;
-    case kInt32:
-    case kBitmap:
-    case kRle:
-    case kGolomb: FuzzIndex(t, r); break;
-    case kBloom: FuzzBloom(r); break;
-    case kPolyfit: FuzzPolyfit(r); break;
-    case kDexp: FuzzDexp(r); break;
-    case kQsgd: FuzzQsgd(r); break;
-    case kFp16: FuzzHalf<deepreduce::value::kCodecFp16>(r); break;
-    case kBf16: FuzzHalf<deepreduce::value::kCodecBf16>(r); break;
-    case kDeflate: FuzzDeflate(r); break;
+#define X(name, Camel) \
+  case k##Camel:       \
+    Fuzz##Camel(r);    \
+    break;
+    DR_FUZZ_TARGETS(X)
+#undef X
     case kNumTargets: break;
   }
   return 0;

@@ -22,12 +22,14 @@
 namespace deepreduce {
 namespace index {
 
+// The name of a payload codec id (codec table), "unknown" for any other byte.
 inline const char* CodecName(uint8_t codec) {
   switch (codec) {
-    case kCodecInt32: return "int32";
-    case kCodecBitmap: return "bitmap";
-    case kCodecRle: return "rle";
-    case kCodecGolomb: return "golomb";
+#define DR_INDEX_CODEC_NAME(name, Camel, id, kernels) \
+  case kCodec##Camel:                                 \
+    return #name;
+    DR_INDEX_PAYLOAD_CODECS(DR_INDEX_CODEC_NAME)
+#undef DR_INDEX_CODEC_NAME
     default: return "unknown";
   }
 }

@@ -5,7 +5,7 @@
 //
 //   byte 0      kMagic (0xDE)
 //   byte 1      codec id (kCodecInt32 = 1, kCodecBitmap = 2, kCodecRle = 3,
-//               kCodecGolomb = 4)
+//               kCodecGolomb = 4: the codec table, kernels/common/codec_table.h)
 //   byte 2      format version of that codec (1 for all four)
 //   varint      n, the universe size (0 <= n < 2^63)
 //   varint      K, the number of indices (0 <= K <= n)
@@ -24,6 +24,7 @@
 
 #include <cstdint>
 
+#include "kernels/common/codec_table.h"
 #include "kernels/common/platform.h"
 #include "kernels/common/varint.h"
 
@@ -31,10 +32,10 @@ namespace deepreduce {
 namespace index {
 
 constexpr uint8_t kMagic = 0xDE;
-constexpr uint8_t kCodecInt32 = 1;
-constexpr uint8_t kCodecBitmap = 2;
-constexpr uint8_t kCodecRle = 3;
-constexpr uint8_t kCodecGolomb = 4;
+// kCodecInt32, kCodecBitmap, ...: the wire ids of the codec table.
+#define DR_INDEX_CODEC_ID(name, Camel, id, kernels) constexpr uint8_t kCodec##Camel = id;
+DR_INDEX_PAYLOAD_CODECS(DR_INDEX_CODEC_ID)
+#undef DR_INDEX_CODEC_ID
 constexpr uint8_t kFormatVersion = 1;
 constexpr uint64_t kMaxUniverse = (uint64_t{1} << 63) - 1;
 constexpr uint64_t kMaxInt32Universe = uint64_t{1} << 31;

@@ -4,7 +4,8 @@
 //
 //   offset  size  field
 //   0       2     magic "DV"
-//   2       1     codec id (kCodec* below)
+//   2       1     codec id (kCodec* below: the codec table,
+//                 kernels/common/codec_table.h)
 //   3       1     format version of that codec (kFormatVersion)
 //   4       4     flags, must be 0 (reserved)
 //   8       8     K, the number of values (uint64)
@@ -21,6 +22,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/common/codec_table.h"
 #include "kernels/common/platform.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -35,23 +37,21 @@ constexpr uint8_t kMagic1 = 'V';
 constexpr uint8_t kFormatVersion = 1;
 constexpr int64_t kHeaderBytes = 16;
 
+// kCodecPolyfit, kCodecDexp, ...: the wire ids of the codec table.
 enum CodecId : uint8_t {
-  kCodecPolyfit = 1,
-  kCodecDexp = 2,
-  kCodecQsgd = 3,
-  kCodecFp16 = 4,
-  kCodecBf16 = 5,
-  kCodecDeflate = 6,
+#define DR_VALUE_CODEC_ID(name, Camel, id, kernels) kCodec##Camel = id,
+  DR_VALUE_PAYLOAD_CODECS(DR_VALUE_CODEC_ID)
+#undef DR_VALUE_CODEC_ID
 };
 
+// The name of a payload codec id, "unknown" for any other byte.
 inline const char* CodecName(uint8_t id) {
   switch (id) {
-    case kCodecPolyfit: return "polyfit";
-    case kCodecDexp: return "dexp";
-    case kCodecQsgd: return "qsgd";
-    case kCodecFp16: return "fp16";
-    case kCodecBf16: return "bf16";
-    case kCodecDeflate: return "deflate";
+#define DR_VALUE_CODEC_NAME(name, Camel, id, kernels) \
+  case kCodec##Camel:                                 \
+    return #name;
+    DR_VALUE_PAYLOAD_CODECS(DR_VALUE_CODEC_NAME)
+#undef DR_VALUE_CODEC_NAME
     default: return "unknown";
   }
 }

@@ -1,0 +1,232 @@
+"""The codec table: every codec's name, wire id and aliases, declared ONCE.
+
+This is the one place that says which codecs exist and which number each one
+has on the wire (the payload header's index_codec / value_codec fields, and
+byte 1 / byte 2 of the self-describing index / value op payloads). Everything
+else derives from it:
+
+  kernels/common/codec_table.h   the same rows as C++ X-macros, generated from
+                                 this file and committed (regenerate:
+                                 REGENERATE_HEADER); the kernels' codec ids
+                                 (kCodec*), their CodecName() and the fuzz
+                                 harness's targets expand them, and the op
+                                 library reports them in its BuildInfo;
+  deepreduce_tf.codecs           register() takes a codec's wire id, aliases
+                                 and summable from its row; the codec class
+                                 declares the rest (parameters, properties);
+  deepreduce_tf.ops.index/value  their CODECS, CODEC_IDS and ALIASES;
+  communicators.Allreduce        WIRE_DTYPES (which value codecs are summed,
+                                 in which dtype);
+  build_deps/fuzz.sh, tests      the decoder fuzz targets (FUZZ_TARGETS).
+
+A mismatch cannot build or load: setup.py refuses to compile when the
+committed header differs from header_text(), and the op loader refuses a
+library whose compiled table differs from this one (a stale build, a
+hand-edited header); tests/test_codec_table.py checks both.
+
+Wire ids are part of the payload format: unique per kind, never reused, never
+renumbered. Pure data and the standard library only: setup.py and
+build_deps/ read it without TensorFlow (`python deepreduce_tf/ops/codec_table.py`
+prints the header).
+"""
+import collections
+import os
+import sys
+
+KINDS = ("index", "value")
+
+# kernels: the op family whose kernels encode and decode the codec's section
+# ("index": the self-describing payload of kernels/index, "bloom": the filter
+# of kernels/bloom, "value": the self-describing payload of kernels/value), or
+# None for a codec written in Python alone.
+# wire_dtype (value codecs): None if the codec's values cannot be summed
+# across workers, else the dtype the all-reduce sums them in ("gradient":
+# the gradient's own dtype).
+Codec = collections.namedtuple("Codec", ["kind", "name", "wire_id", "aliases", "kernels",
+                                         "wire_dtype"])
+
+_KERNELS = {"index": (None, "index", "bloom"), "value": (None, "value")}
+_WIRE_DTYPES = (None, "gradient", "float16", "bfloat16")
+
+
+def _index(name, wire_id, aliases=(), kernels=None):
+    return Codec("index", name, wire_id, tuple(aliases), kernels, None)
+
+
+def _value(name, wire_id, aliases=(), kernels=None, wire_dtype=None):
+    return Codec("value", name, wire_id, tuple(aliases), kernels, wire_dtype)
+
+
+# --------------------------------------------------------------------------- the table
+# One row per codec, in wire-id order. Adding a codec: docs/codecs.md, "Adding a codec".
+
+INDEX_CODECS = (
+    _index("raw", 0, aliases=("none",)),
+    _index("int32", 1, kernels="index"),
+    _index("bitmap", 2, kernels="index"),
+    _index("rle", 3, kernels="index"),
+    _index("golomb", 4, aliases=("gr", "rice", "lossless"), kernels="index"),
+    _index("bloom", 5, aliases=("bloom_cpu",), kernels="bloom"),
+)
+
+VALUE_CODECS = (
+    _value("raw", 0, aliases=("none",), wire_dtype="gradient"),
+    _value("polyfit", 1, aliases=("polyfit_cpu",), kernels="value"),
+    _value("dexp", 2, kernels="value"),
+    _value("qsgd", 3, kernels="value"),
+    _value("fp16", 4, aliases=("float16", "half"), kernels="value", wire_dtype="float16"),
+    _value("bf16", 5, aliases=("bfloat16",), kernels="value", wire_dtype="bfloat16"),
+    _value("deflate", 6, aliases=("zlib", "gzip"), kernels="value"),
+)
+
+# The decoder fuzz harness's targets that are not codecs (kernels/fuzz/
+# decoders_fuzzer.cpp); every codec with kernels follows, index codecs first.
+FUZZ_EXTRA_TARGETS = ("container", "container_edit", "perm")
+
+# --------------------------------------------------------------------------- derived
+
+HEADER_PATH = "kernels/common/codec_table.h"
+REGENERATE_HEADER = f"python deepreduce_tf/ops/codec_table.py > {HEADER_PATH}"
+
+
+def rows(kind=None, kernels=any):
+    """The rows of one kind (or both, index first), in wire-id order;
+    kernels: only the codecs of that op family (None: the Python-only ones)."""
+    kinds = KINDS if kind is None else (kind,)
+    table = {"index": INDEX_CODECS, "value": VALUE_CODECS}
+    return tuple(r for k in kinds for r in sorted(table[k], key=lambda r: r.wire_id)
+                 if kernels is any or r.kernels == kernels)
+
+
+def row(kind, name):
+    """The row of a canonical codec name, or None."""
+    return next((r for r in rows(kind) if r.name == name), None)
+
+
+def names(kind, kernels=any):
+    return tuple(r.name for r in rows(kind, kernels))
+
+
+def wire_ids(kind, kernels=any):
+    """{name: wire id} of one kind."""
+    return {r.name: r.wire_id for r in rows(kind, kernels)}
+
+
+def aliases(kind, kernels=any):
+    """{alias: name} of one kind."""
+    return {a: r.name for r in rows(kind, kernels) for a in r.aliases}
+
+
+def wire_dtypes():
+    """{value codec: dtype name its summed values travel in ("gradient": the
+    gradient's own)} of the summable value codecs."""
+    return {r.name: r.wire_dtype for r in rows("value") if r.wire_dtype is not None}
+
+
+def fuzz_targets():
+    """The decoder fuzz harness's targets, in the order of its enum (byte 0
+    of a corpus input): the non-codec targets, then every codec with
+    kernels, index codecs first, each kind in wire-id order."""
+    return FUZZ_EXTRA_TARGETS + tuple(r.name for r in rows() if r.kernels is not None)
+
+
+def build_info_table():
+    """What the op library's BuildInfo reports under "codecs" when it was
+    compiled from this table: {kind: {name: wire id}}."""
+    return {k: wire_ids(k) for k in KINDS}
+
+
+def check(table=None):
+    """Raises ValueError if the table is malformed (ids and names unique per
+    kind, fuzz target names unique, known kernel families and dtypes)."""
+    table = rows() if table is None else tuple(table)
+    for kind in KINDS:
+        seen_ids, seen_names = {}, {}
+        for r in (r for r in table if r.kind == kind):
+            if isinstance(r.wire_id, bool) or not isinstance(r.wire_id, int) or \
+                    not 0 <= r.wire_id <= 255:
+                raise ValueError(f"{kind} codec {r.name!r}: wire id must be an int in "
+                                 f"[0, 255], got {r.wire_id!r}")
+            if r.wire_id in seen_ids:
+                raise ValueError(f"{kind} codecs {seen_ids[r.wire_id]!r} and {r.name!r} "
+                                 f"share wire id {r.wire_id}")
+            seen_ids[r.wire_id] = r.name
+            if not r.name.isidentifier() or r.name != r.name.lower():
+                raise ValueError(f"{kind} codec name {r.name!r} must be a lower-case "
+                                 "identifier (it names ops and C++ constants)")
+            for n in (r.name,) + r.aliases:
+                if n in seen_names:
+                    raise ValueError(f"{kind} codec name {n!r} is used twice "
+                                     f"({seen_names[n]!r}, {r.name!r})")
+                seen_names[n] = r.name
+            if r.kernels not in _KERNELS[kind]:
+                raise ValueError(f"{kind} codec {r.name!r}: kernels must be one of "
+                                 f"{_KERNELS[kind]}, got {r.kernels!r}")
+            if r.wire_dtype not in _WIRE_DTYPES or (kind == "index" and r.wire_dtype):
+                raise ValueError(f"{kind} codec {r.name!r}: bad wire_dtype {r.wire_dtype!r}")
+    targets = FUZZ_EXTRA_TARGETS + tuple(r.name for r in table if r.kernels is not None)
+    if len(set(targets)) != len(targets):
+        raise ValueError(f"fuzz target names must be unique: {targets}")
+
+
+# --------------------------------------------------------------------------- C++ header
+
+def _camel(name):
+    return "".join(part[:1].upper() + part[1:] for part in name.split("_"))
+
+
+def header_text():
+    """kernels/common/codec_table.h, generated from the table."""
+    guard = "DEEPREDUCE_KERNELS_COMMON_CODEC_TABLE_H_"
+    out = [f"// Generated from deepreduce_tf/ops/codec_table.py by `{REGENERATE_HEADER}`;",
+           "// do not edit by hand (setup.py and tests/test_codec_table.py check that it",
+           "// matches the table, and the op loader checks the compiled library).",
+           "//",
+           "// The codec table as X-macros: X(name, Camel, wire_id, kernels), in wire-id",
+           "// order. name is the codec's canonical name, Camel the same in CamelCase",
+           "// (kCodec<Camel>, Fuzz<Camel>), wire_id its number on the wire, kernels its",
+           "// op family (none: a codec written in Python alone).",
+           "//   DR_INDEX_CODECS, DR_VALUE_CODECS     every codec of the kind;",
+           "//   DR_INDEX_PAYLOAD_CODECS              the self-describing payloads of",
+           "//                                        kernels/index (kernels == index);",
+           "//   DR_VALUE_PAYLOAD_CODECS              those of kernels/value;",
+           "//   DR_INDEX_KERNEL_CODECS,",
+           "//   DR_VALUE_KERNEL_CODECS               every codec with kernels (the fuzz",
+           "//                                        harness's codec targets).",
+           f"#ifndef {guard}", f"#define {guard}", ""]
+
+    def macro(name, selected):
+        lines = [f"#define {name}(X)"]
+        for r in selected:
+            lines.append(f"  X({r.name}, {_camel(r.name)}, {r.wire_id}, {r.kernels or 'none'})")
+        width = max(len(line) for line in lines) + 1
+        text = [line.ljust(width) + "\\" for line in lines[:-1]] + [lines[-1]]
+        return text + [""]
+
+    for kind in KINDS:
+        k = kind.upper()
+        out += macro(f"DR_{k}_CODECS", rows(kind))
+        out += macro(f"DR_{k}_PAYLOAD_CODECS", rows(kind, kind))
+        out += macro(f"DR_{k}_KERNEL_CODECS", [r for r in rows(kind) if r.kernels])
+    out += [f"#endif  // {guard}", ""]
+    return "\n".join(out)
+
+
+def header_mismatch(root):
+    """None if <root>/kernels/common/codec_table.h is header_text(), else a
+    one-line error saying how to regenerate it (setup.py's build check)."""
+    try:
+        with open(os.path.join(root, HEADER_PATH), encoding="utf-8") as f:
+            if f.read() == header_text():
+                return None
+    except OSError:
+        pass
+    return (f"{HEADER_PATH} does not match deepreduce_tf/ops/codec_table.py (the kernels "
+            f"would use other codec ids than Python); regenerate it with "
+            f"`{REGENERATE_HEADER}`")
+
+
+check()
+
+if __name__ == "__main__":
+    sys.stdout.write(header_text())
