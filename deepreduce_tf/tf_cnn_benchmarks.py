@@ -138,7 +138,7 @@ class Adapter:
         the script defines its flags) and defines DeepReduce's flags."""
         from absl import flags
 
-        from deepreduce_tf.benchmark import flags as bench_flags
+        from deepreduce_bench import flags as bench_flags
 
         specs = self.script_flags.param_specs
         spec = specs["variable_update"]
@@ -158,12 +158,12 @@ class Adapter:
                 self.FLAGS[name] = ours[name]
 
     def compression_params(self):
-        from deepreduce_tf.benchmark import flags as bench_flags
+        from deepreduce_bench import flags as bench_flags
 
         return bench_flags.compression_params(self.FLAGS)
 
     def given_flags(self):
-        from deepreduce_tf.benchmark import flags as bench_flags
+        from deepreduce_bench import flags as bench_flags
 
         return [n for n in bench_flags.given_compression_flags(self.FLAGS) if n != "exchange"]
 

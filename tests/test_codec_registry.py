@@ -11,7 +11,7 @@ from absl import flags as absl_flags
 
 import deepreduce_tf as dr
 from deepreduce_tf import codecs, compressors
-from deepreduce_tf.benchmark import flags as bench_flags
+from deepreduce_bench import flags as bench_flags
 from deepreduce_tf.codecs import base
 from deepreduce_tf.codecs import index as ic
 from deepreduce_tf.codecs import value as vc

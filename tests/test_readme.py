@@ -233,8 +233,8 @@ def check_bash_script(argv, where):
 def check_deepreduce_bench(argv, where):
     from absl import flags as absl_flags
 
-    from deepreduce_tf.benchmark import compare
-    from deepreduce_tf.benchmark import flags as bench_flags
+    from deepreduce_bench import compare
+    from deepreduce_bench import flags as bench_flags
 
     fv = absl_flags.FlagValues()
     bench_flags.define_flags(fv)

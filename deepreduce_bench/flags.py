@@ -340,8 +340,8 @@ def _define_general_flags(fv):
                       "Download what is missing: Fashion-MNIST with Keras (into "
                       "~/.keras/datasets), MovieLens-100K (from the recbole wheel on PyPI); "
                       "alone, does only that.", flag_values=fv)
-    # --- comparisons (deepreduce_tf.benchmark.compare)
-    from deepreduce_tf.benchmark import compare
+    # --- comparisons (deepreduce_bench.compare)
+    from deepreduce_bench import compare
 
     flags.DEFINE_list("compare", None,
                       "Presets trained one after another (same seed, data and steps; "
@@ -391,7 +391,7 @@ def flag_dict(fv=flags.FLAGS):
 def own_flag_names(fv):
     """Names of the flags defined by this module in `fv`."""
     for module, fl in fv.flags_by_module_dict().items():
-        if module.endswith("deepreduce_tf.benchmark.flags") or module == __name__:
+        if module.endswith("deepreduce_bench.flags") or module == __name__:
             for f in fl:
                 yield f.name
 
@@ -638,7 +638,7 @@ def resolve_compare(fv, optimizer):
     compression flag is given (then one run of it, as before comparisons
     existed) or --worker_hosts (a real cluster runs one configuration).
     """
-    from deepreduce_tf.benchmark import compare
+    from deepreduce_bench import compare
 
     given = given_compression_flags(fv)
     if not fv["compare"].present:
@@ -712,13 +712,13 @@ def default_data(model, data_dir):
 def check_data(model, data_name, data_dir):
     """Raises ConfigError saying how to get the real data of a run if absent."""
     if data_name == "fashion_mnist":
-        from deepreduce_tf import data
+        from deepreduce_bench import data
 
         if data.find_fashion_mnist(data_dir) is None:
             _fail(f"{data.how_to_get(data_dir, FETCH_COMMAND)}. --data_name=synthetic trains "
                   "on synthetic images instead.")
     elif data_name == "movielens":
-        from deepreduce_tf import movielens
+        from deepreduce_bench import movielens
 
         path = movielens.cached_path(data_dir)
         if not os.path.exists(path):

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from absl import flags as absl_flags
 
-from deepreduce_tf import data, models
-from deepreduce_tf.benchmark import compare
-from deepreduce_tf.benchmark import flags as bench_flags
-from deepreduce_tf.benchmark import report
+from deepreduce_bench import data, models
+from deepreduce_bench import compare
+from deepreduce_bench import flags as bench_flags
+from deepreduce_bench import report
 from test_bench_cli import bench, fake_fashion_mnist  # noqa: F401 (a fixture)
 
 # Trains models, starts worker processes or runs Flower (minutes):
@@ -287,7 +287,7 @@ def test_tf_exchange_counts_embedding_gradients_as_slices():
     indices, from the gradients of a real NeuMF step."""
     import tensorflow as tf
 
-    from deepreduce_tf.benchmark import runner
+    from deepreduce_bench import runner
 
     model = models.neumf(50, 80, mf_dim=4, mlp_layers=(8, 4))
     users = tf.constant([1, 2, 3, 2, 7], tf.int32)
@@ -318,7 +318,7 @@ def test_training_images_equal_the_numpy_conversion(size):
     bit for bit as data.to_resnet_input() (after integer upsampling)."""
     import tensorflow as tf
 
-    from deepreduce_tf.benchmark import workloads
+    from deepreduce_bench import workloads
 
     config = resolve(["--data_name=synthetic", f"--image_size={size}", "--compressor=topk"])
     workload = workloads.ImageWorkload(config)
@@ -337,7 +337,7 @@ def test_cosine_learning_rate_schedule():
     run's T steps; constant stays lr0."""
     import math
 
-    from deepreduce_tf.benchmark import runner
+    from deepreduce_bench import runner
 
     config = resolve(["--lr_schedule=cosine", "--init_learning_rate=0.08", "--compressor=topk"])
     optimizer = runner.make_optimizer(config, total_steps=100)

@@ -181,7 +181,7 @@ def how_to_get(data_dir=None, fetch_command=None):
     fetch_command: the command line that downloads them with Keras (default:
       the Python call).
     """
-    fetch = fetch_command or "python -c 'import deepreduce_tf.data as d; d.fetch_fashion_mnist()'"
+    fetch = fetch_command or "python -c 'import deepreduce_bench.data as d; d.fetch_fashion_mnist()'"
     return (f"Fashion-MNIST was not found (searched: {', '.join(candidate_dirs(data_dir))}). "
             f"Get it with `{INSTALL_HINT}` (Debian/Ubuntu, as root), or let Keras download "
             f"it into {keras_dir()} with `{fetch}` (`bash build_deps/dev.sh setup` tries "
@@ -391,7 +391,7 @@ def fetch_all(data_dir=None, stream=sys.stderr, fashion_mnist_url=None, **moviel
       movielens.MovieLensError: MovieLens could not be fetched (the message
         says what to run instead).
     """
-    from deepreduce_tf import movielens
+    from deepreduce_bench import movielens
 
     fashion, failure = find_fashion_mnist(), None
     if fashion is None:

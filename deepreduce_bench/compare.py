@@ -28,9 +28,9 @@ import subprocess
 import sys
 import time
 
-from deepreduce_tf.benchmark import flags as bench_flags
-from deepreduce_tf.benchmark import report
-from deepreduce_tf.benchmark.runner import CHILD_BOOTSTRAP
+from deepreduce_bench import flags as bench_flags
+from deepreduce_bench import report
+from deepreduce_bench.runner import CHILD_BOOTSTRAP
 
 Preset = collections.namedtuple("Preset", ["name", "description", "args"])
 Preset.__doc__ = """A configuration of --compare: args are its flags (None: the command line's)."""
