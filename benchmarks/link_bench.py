@@ -43,7 +43,7 @@ ncf), and, with several --seeds, a summary of mean +- sd per configuration;
 
 Needs root and network namespaces; without them it stops with one line and
 exit code 2. Configurations are deepreduce-bench --compare presets
-(deepreduce_bench.compare.PRESETS).
+(deepreduce_bench.presets.PRESETS).
 """
 import argparse
 import contextlib
@@ -392,9 +392,8 @@ def plot(rows, target, path):
 
 
 def _preset_flags(name):
-    from deepreduce_bench import compare
+    from deepreduce_bench.presets import PRESETS as presets
 
-    presets = compare.PRESETS
     if name not in presets or name == "flags":
         raise HarnessError(f"unknown configuration {name!r}; valid: "
                            f"{', '.join(n for n in presets if n != 'flags')}")

@@ -34,6 +34,8 @@ import sys
 
 import numpy as np
 
+from deepreduce_bench import movielens
+
 ENV_VAR = "DEEPREDUCE_TF_FASHION_MNIST"
 DEBIAN_DIR = "/usr/share/datasets/fashion-mnist"
 INSTALL_HINT = "apt-get install -y dataset-fashion-mnist"
@@ -391,8 +393,6 @@ def fetch_all(data_dir=None, stream=sys.stderr, fashion_mnist_url=None, **moviel
       movielens.MovieLensError: MovieLens could not be fetched (the message
         says what to run instead).
     """
-    from deepreduce_bench import movielens
-
     fashion, failure = find_fashion_mnist(), None
     if fashion is None:
         try:

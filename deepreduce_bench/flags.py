@@ -29,8 +29,12 @@ loads). The codec registry and from_params do import it.
 import collections
 import importlib
 import os
+import warnings
 
 from absl import flags
+
+import deepreduce_tf
+from deepreduce_bench import data, movielens, presets
 
 
 class _LazyModule:
@@ -340,15 +344,13 @@ def _define_general_flags(fv):
                       "Download what is missing: Fashion-MNIST with Keras (into "
                       "~/.keras/datasets), MovieLens-100K (from the recbole wheel on PyPI); "
                       "alone, does only that.", flag_values=fv)
-    # --- comparisons (deepreduce_bench.compare)
-    from deepreduce_bench import compare
-
+    # --- comparisons (deepreduce_bench.compare, of deepreduce_bench.presets)
     flags.DEFINE_list("compare", None,
                       "Presets trained one after another (same seed, data and steps; "
                       f"{COMPARE_STEPS} steps by default) and compared in one table and plot "
-                      f"in --train_dir: {compare.names_text()} (docs/cli.md). Default "
-                      f"{','.join(compare.default_presets('momentum'))} "
-                      f"({','.join(compare.default_presets('adam'))} without momentum SGD) "
+                      f"in --train_dir: {presets.names_text()} (docs/cli.md). Default "
+                      f"{','.join(presets.default_presets('momentum'))} "
+                      f"({','.join(presets.default_presets('adam'))} without momentum SGD) "
                       "when no compression flag is given.", flag_values=fv)
     flags.DEFINE_string("exchange", "deepreduce",
                         "deepreduce: DeepReduce's cross-device ops, compressed as the flags "
@@ -581,10 +583,6 @@ def resolve(fv=flags.FLAGS):
     exchange = _choice("exchange", fv.exchange, EXCHANGES)
     lr_schedule = _choice("lr_schedule", fv.lr_schedule or "constant", LR_SCHEDULES)
     params = compression_params(fv) if exchange == "deepreduce" else tf_exchange_params(fv)
-    import warnings
-
-    import deepreduce_tf
-
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -638,19 +636,17 @@ def resolve_compare(fv, optimizer):
     compression flag is given (then one run of it, as before comparisons
     existed) or --worker_hosts (a real cluster runs one configuration).
     """
-    from deepreduce_bench import compare
-
     given = given_compression_flags(fv)
     if not fv["compare"].present:
         if given or fv.worker_hosts:
             return ()
-        return compare.default_presets(optimizer)
+        return presets.default_presets(optimizer)
     names = [n.strip() for n in fv.compare if n.strip()]
     if not names:
-        _fail(f"--compare needs at least one preset; valid presets: {compare.names_text()}")
+        _fail(f"--compare needs at least one preset; valid presets: {presets.names_text()}")
     for name in names:
-        if name not in compare.PRESETS:
-            _fail(f"--compare: unknown preset {name!r}; valid presets: {compare.names_text()}")
+        if name not in presets.PRESETS:
+            _fail(f"--compare: unknown preset {name!r}; valid presets: {presets.names_text()}")
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
         _fail(f"--compare names {', '.join(repeated)} more than once")
@@ -663,10 +659,10 @@ def resolve_compare(fv, optimizer):
         _fail(f"{flags_given} configure the 'flags' preset, which --compare={','.join(names)} "
               "does not include: add flags to --compare or drop them")
     for name in names:
-        if optimizer != "momentum" and "--memory=dgc" in (compare.PRESETS[name].args or ()):
+        if optimizer != "momentum" and "--memory=dgc" in (presets.PRESETS[name].args or ()):
             _fail(f"--compare: preset {name!r} applies DGC's momentum correction, which needs "
                   f"--optimizer=momentum, not {optimizer}; use "
-                  f"{compare.default_presets(optimizer)[1]!r} instead")
+                  f"{presets.default_presets(optimizer)[1]!r} instead")
     return tuple(names)
 
 
@@ -712,14 +708,10 @@ def default_data(model, data_dir):
 def check_data(model, data_name, data_dir):
     """Raises ConfigError saying how to get the real data of a run if absent."""
     if data_name == "fashion_mnist":
-        from deepreduce_bench import data
-
         if data.find_fashion_mnist(data_dir) is None:
             _fail(f"{data.how_to_get(data_dir, FETCH_COMMAND)}. --data_name=synthetic trains "
                   "on synthetic images instead.")
     elif data_name == "movielens":
-        from deepreduce_bench import movielens
-
         path = movielens.cached_path(data_dir)
         if not os.path.exists(path):
             dd = f" --data_dir={data_dir}" if data_dir else ""

@@ -54,6 +54,8 @@ import sys
 import tempfile
 import time
 
+import deepreduce_tf
+from deepreduce_bench import flags as bench_flags
 from deepreduce_bench import report
 
 # Children re-enter the command without the current directory on sys.path, so a
@@ -181,8 +183,6 @@ def check_op_library():
     deepreduce_tf.OpLibraryError before any training (not a traceback from
     inside the first step). Its BuildInfo op starts TensorFlow's runtime, so a
     training process calls it after configuring its devices (make_strategy)."""
-    import deepreduce_tf
-
     deepreduce_tf.build_info()
 
 
@@ -235,8 +235,6 @@ def time_codecs(params, variables, num_payloads, repeats, seed=0):
     """
     import numpy as np
     import tensorflow as tf
-
-    import deepreduce_tf
 
     compressor = deepreduce_tf.from_params(dict(params))
     rng = np.random.default_rng(seed)
@@ -304,8 +302,6 @@ def _input_options(tf, strategy):
 def eval_interval(config, total_steps):
     """Steps between test evaluations (0: none during training): --eval_every,
     else about EVAL_POINTS per run; 0 without --eval."""
-    from deepreduce_bench import flags as bench_flags
-
     if not config.eval:
         return 0
     if config.eval_every is None:
@@ -328,8 +324,6 @@ def run(config, stream=sys.stderr):
     """
     import tensorflow as tf
 
-    from deepreduce_bench import flags as bench_flags
-
     strategy = make_strategy(config)
     bench_flags.check_data(config.model, config.data_name, config.data_dir)
     cluster = _cluster(strategy)
@@ -348,10 +342,8 @@ def _train(config, strategy, cluster, position, stream):
     import numpy as np
     import tensorflow as tf
 
-    import deepreduce_tf
+    from deepreduce_bench import workloads  # imports TensorFlow
     from deepreduce_tf import distribute as drd
-    from deepreduce_bench import flags as bench_flags
-    from deepreduce_bench import workloads
 
     chief = is_chief(strategy)
     ops = drd.get_ops(strategy) if config.exchange == "deepreduce" else None
