@@ -16,7 +16,7 @@ shows its progress bar on one line (a few lines off a terminal), then prints one
 (report.compare_table), writes the combined JSON (<out>/compare.json, or
 --output_json) and the plot of test accuracy against cumulative bytes sent
 (report.plot_comparison; <out>/compare.png, or --plot). <out> is --train_dir,
-else ./deepreduce_bench.
+else ./deepreduce_bench_runs (flags.COMPARE_DIR).
 
 This module does not import TensorFlow.
 """

@@ -63,6 +63,12 @@ EVAL_POINTS = 8
 # Timed steps of a comparison without --num_batches / --num_epochs: about
 # 0.6 epoch of Fashion-MNIST at the default batch (32 per replica x 2).
 COMPARE_STEPS = 600
+# A comparison's output directory without --train_dir (in the current
+# directory; not ./deepreduce_bench, which is this package in a checkout).
+COMPARE_DIR = "deepreduce_bench_runs"
+# Outputs never go inside the directory of one of these packages (a checkout's
+# source tree or an installed copy).
+PACKAGES = ("deepreduce_bench", "deepreduce_tf")
 
 
 RunConfig = collections.namedtuple("RunConfig", [
@@ -410,7 +416,27 @@ def resolve(fv=flags.FLAGS):
         config = config._replace(eval=True)  # evaluating every N steps is evaluating
     if compare_names:
         config = comparison_config(config, fv)
+    for flag, path in (("train_dir", config.train_dir), ("output_json", config.output_json),
+                       ("plot", config.plot)):
+        check_output_path(flag, path)
     return config
+
+
+def check_output_path(flag, path):
+    """Raises ConfigError if `path` (an output of --`flag`) lies inside the
+    directory of a Python package of this project (PACKAGES)."""
+    if not path:
+        return
+    here = os.path.abspath(path if flag == "train_dir" else os.path.dirname(path))
+    while True:
+        if (os.path.basename(here) in PACKAGES
+                and os.path.isfile(os.path.join(here, "__init__.py"))):
+            _fail(f"--{flag}={path} is inside the Python package {here}; write the outputs "
+                  f"elsewhere (a comparison's default is ./{COMPARE_DIR})")
+        parent = os.path.dirname(here)
+        if parent == here:
+            return
+        here = parent
 
 
 def compression_flag_names():
@@ -479,7 +505,7 @@ def comparison_config(config, fv):
     if fv.plot_compare:
         _fail("--plot_compare adds earlier results to the --plot of one run; a comparison "
               "plots its own runs (compare them with deepreduce-plot <out>/*/results.json)")
-    out_dir = fv.train_dir or "deepreduce_bench"
+    out_dir = fv.train_dir or COMPARE_DIR
     num_batches = config.num_batches
     if not fv["num_batches"].present and config.num_epochs is None:
         num_batches = COMPARE_STEPS

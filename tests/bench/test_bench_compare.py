@@ -60,9 +60,9 @@ def test_no_compression_flag_is_the_default_comparison():
     assert config.compare == ("uncompressed", "golomb_qsgd_dgc")  # resnet20: momentum SGD
     assert config.eval and config.num_batches == bench_flags.COMPARE_STEPS
     assert config.lr_schedule == "cosine"
-    assert config.train_dir == "deepreduce_bench"
-    assert config.output_json == os.path.join("deepreduce_bench", "compare.json")
-    assert config.plot == os.path.join("deepreduce_bench", "compare.png")
+    assert config.train_dir == "deepreduce_bench_runs"
+    assert config.output_json == os.path.join("deepreduce_bench_runs", "compare.json")
+    assert config.plot == os.path.join("deepreduce_bench_runs", "compare.png")
     assert config.data_name == "fashion_mnist"  # installed or not (missing: it stops)
     # Settings that are not compression flags keep the comparison.
     assert resolve(["--seed=3", "--num_batches=7"]).compare == config.compare
@@ -73,6 +73,26 @@ def test_no_compression_flag_is_the_default_comparison():
                        "momentum correction, which needs --optimizer=momentum, not sgd; use "
                        "'golomb_qsgd' instead"):
         resolve(["--compare=uncompressed,golomb_qsgd_dgc", "--optimizer=sgd"])
+
+
+def test_outputs_never_go_into_a_package_directory(tmp_path, monkeypatch):
+    """In a checkout, ./deepreduce_bench is the package: no output lands there
+    (a comparison's default is ./deepreduce_bench_runs)."""
+    package = tmp_path / "deepreduce_bench"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    assert resolve([]).train_dir == "deepreduce_bench_runs"
+    for args, flag in ((["--train_dir=deepreduce_bench"], "train_dir"),
+                       (["--train_dir=deepreduce_bench/x/y"], "train_dir"),
+                       (["--compressor=topk", "--output_json=deepreduce_bench/r.json"],
+                        "output_json"),
+                       (["--compressor=topk", "--plot=./deepreduce_bench/p.png"], "plot")):
+        with pytest.raises(bench_flags.ConfigError, match=f"--{flag}=.* is inside the Python "
+                           f"package {package}"):
+            resolve(args)
+    # A directory of that name that is not a package is an ordinary directory.
+    assert resolve(["--train_dir=runs/deepreduce_bench"]).train_dir == "runs/deepreduce_bench"
 
 
 @pytest.mark.parametrize("args", [["--compressor=topk"], ["--index=golomb"], ["--bits=7"],
@@ -156,13 +176,13 @@ def test_unknown_preset_is_one_usage_line(tmp_path):
     assert lines == ["deepreduce-bench: error: --compare: unknown preset 'zip'; valid presets: "
                      "uncompressed, topk, golomb_qsgd, golomb_qsgd_dgc, bloom_polyfit, lgc_ps, "
                      "lgc_rar, flags"]
-    assert not (tmp_path / "deepreduce_bench").exists()
+    assert not (tmp_path / "deepreduce_bench_runs").exists()
 
 
 def test_default_comparison_end_to_end(tmp_path, fake_fashion_mnist):
     code, out, err = bench(TINY, tmp_path, env=fake_fashion_mnist)
     assert code == 0, err[-3000:]
-    out_dir = tmp_path / "deepreduce_bench"
+    out_dir = tmp_path / "deepreduce_bench_runs"
     combined = json.loads((out_dir / "compare.json").read_text())
     assert combined["kind"] == "comparison" and combined["baseline"] == "uncompressed"
     assert [r["preset"] for r in combined["runs"]] == ["uncompressed", "golomb_qsgd_dgc"]
@@ -224,7 +244,7 @@ def test_missing_data_is_one_error_before_training(tmp_path, mode):
                           f"{empty}). Get it with `apt-get install -y dataset-fashion-mnist`")
     assert len(err.strip().splitlines()) == 1 and "--data_name=synthetic" in err
     assert "train [" not in err and "launching" not in err and "comparing" not in err
-    assert not (tmp_path / "r.json").exists() and not (tmp_path / "deepreduce_bench").exists()
+    assert not (tmp_path / "r.json").exists() and not (tmp_path / "deepreduce_bench_runs").exists()
 
 
 # ---------------------------------------------------------------------------
