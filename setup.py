@@ -213,7 +213,10 @@ setup(
     version=read_version(),
     description="Sparse-tensor compression for distributed TensorFlow training "
                 "(DeepReduce: Bloom-filter, run-length and curve-fitting codecs)",
-    packages=find_packages(include=["deepreduce_tf", "deepreduce_tf.*"]),
+    # deepreduce_tf: the library; deepreduce_bench: the deepreduce-bench harness
+    # (command line, models, data sets, reports) built on it.
+    packages=find_packages(include=["deepreduce_tf", "deepreduce_tf.*",
+                                    "deepreduce_bench", "deepreduce_bench.*"]),
     package_data={"deepreduce_tf.ops": [LIB_NAME + ".so", LIB_NAME + ".json"]},
     ext_modules=[Extension("deepreduce_tf.ops." + LIB_NAME, sources=[])],
     cmdclass={"build_ext": BuildOps},
@@ -231,8 +234,8 @@ setup(
     },
     entry_points={
         "console_scripts": [
-            "deepreduce-bench = deepreduce_tf.benchmark.cli:main",
-            "deepreduce-plot = deepreduce_tf.benchmark.cli:plot_main",
+            "deepreduce-bench = deepreduce_bench.cli:main",
+            "deepreduce-plot = deepreduce_bench.cli:plot_main",
             "deepreduce-tf-cnn-benchmarks = deepreduce_tf.tf_cnn_benchmarks:main",
         ],
     },

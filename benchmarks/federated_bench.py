@@ -140,7 +140,7 @@ class FashionMNIST:
         return compile_model(model, self.args.lr)
 
     def client_data(self, pid):
-        from deepreduce_tf.data import load_fashion_mnist
+        from deepreduce_bench.data import load_fashion_mnist
 
         if self.train is None:
             self.train = load_fashion_mnist("train", stream=None)
@@ -154,7 +154,7 @@ class FashionMNIST:
         return []
 
     def evaluator(self):
-        from deepreduce_tf.data import load_fashion_mnist
+        from deepreduce_bench.data import load_fashion_mnist
 
         test = load_fashion_mnist("test", stream=None)
         tx = test.images[:, :, :, None].astype(np.float32) / 255.0
@@ -165,7 +165,7 @@ class FashionMNIST:
 class MovieLensNCF:
     """NeuMF on MovieLens-100K, one client per user (943): a client's data is
     its user's training interactions with 4 sampled negatives each (the NCF
-    leave-one-out split, deepreduce_tf.movielens); the server evaluates HR@10
+    leave-one-out split, deepreduce_bench.movielens); the server evaluates HR@10
     of every user's held-out item among 100 candidates. The embedding tables
     are averaged row-wise (RowwiseMean): a user's row changes only at its
     own client."""
@@ -173,7 +173,7 @@ class MovieLensNCF:
     metric = "hit_rate"
 
     def __init__(self, args):
-        from deepreduce_tf import movielens
+        from deepreduce_bench import movielens
 
         self.args = args
         self.data = movielens.load_ncf(seed=args.seed, allow_synthetic=False, stream=None)
@@ -184,7 +184,7 @@ class MovieLensNCF:
         self.rows = [order[cuts[u]:cuts[u + 1]] for u in range(self.num_clients)]
 
     def build_model(self):
-        from deepreduce_tf import models
+        from deepreduce_bench import models
 
         return models.neumf(self.data.num_users, self.data.num_items)
 
@@ -204,7 +204,7 @@ class MovieLensNCF:
         return [str(i) for i, w in enumerate(model.weights) if "embedding" in w.path]
 
     def evaluator(self):
-        from deepreduce_tf import movielens
+        from deepreduce_bench import movielens
 
         return lambda model: float(movielens.evaluate(model, self.data, k=10)[0])
 
@@ -258,7 +258,7 @@ def data_source(task):
     to run without its data)."""
     if task != "fmnist":
         return "movielens"
-    from deepreduce_tf.data import find_fashion_mnist
+    from deepreduce_bench.data import find_fashion_mnist
 
     return "fashion-mnist" if find_fashion_mnist() else "synthetic"
 
@@ -587,7 +587,7 @@ def main(argv=None):
         parser.error(f"unknown configuration(s) {unknown}; valid: {', '.join(CONFIGS)}")
     data = data_source(args.task)
     if data == "synthetic":
-        from deepreduce_tf.data import INSTALL_HINT
+        from deepreduce_bench.data import INSTALL_HINT
         print(f"WARNING: Fashion-MNIST is not installed ({INSTALL_HINT}): every configuration "
               "trains on SYNTHETIC data; the accuracies are NOT those of Fashion-MNIST",
               file=sys.stderr)

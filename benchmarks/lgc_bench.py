@@ -70,7 +70,7 @@ def part_bytes(replicas):
     import tensorflow as tf
 
     import deepreduce_tf as dr
-    from deepreduce_tf import models
+    from deepreduce_bench import models
     from deepreduce_tf.transport import LocalTransport
 
     model = models.resnet20()
@@ -114,7 +114,7 @@ def part_autoencoder(replicas):
     import numpy as np
     import tensorflow as tf
 
-    from deepreduce_tf import models
+    from deepreduce_bench import models
     from deepreduce_tf.learned import lgc
     from deepreduce_tf.learned.autoencoder import Autoencoder
     from deepreduce_tf.memory import default_variable_factory
@@ -160,8 +160,8 @@ def part_transfer(steps, replicas=2, capture=10):
     import tensorflow as tf
 
     import deepreduce_tf as dr
-    from deepreduce_tf import data as drdata
-    from deepreduce_tf import models
+    from deepreduce_bench import data as drdata
+    from deepreduce_bench import models
     from deepreduce_tf.learned.autoencoder import Autoencoder
     from deepreduce_tf.memory import default_variable_factory
     from deepreduce_tf.transport import LocalTransport

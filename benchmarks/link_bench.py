@@ -43,7 +43,7 @@ ncf), and, with several --seeds, a summary of mean +- sd per configuration;
 
 Needs root and network namespaces; without them it stops with one line and
 exit code 2. Configurations are deepreduce-bench --compare presets
-(deepreduce_tf.benchmark.compare.PRESETS).
+(deepreduce_bench.presets.PRESETS).
 """
 import argparse
 import contextlib
@@ -215,7 +215,7 @@ def run_workers(net, bench_args, steps, out_dir, timeout, python=sys.executable)
         for i, ns in enumerate(net.worker_ns):
             log = open(os.path.join(out_dir, f"worker{i}.log"), "w")
             logs.append(log)
-            cmd = ["ip", "netns", "exec", ns, python, "-m", "deepreduce_tf.benchmark",
+            cmd = ["ip", "netns", "exec", ns, python, "-m", "deepreduce_bench",
                    f"--worker_hosts={hosts}", f"--task_index={i}",
                    "--variable_update=collective_all_reduce", f"--num_batches={steps}",
                    "--codec_repeats=0", f"--output_json={os.path.join(out_dir, 'results.json')}",
@@ -392,9 +392,8 @@ def plot(rows, target, path):
 
 
 def _preset_flags(name):
-    from deepreduce_tf.benchmark import compare
+    from deepreduce_bench.presets import PRESETS as presets
 
-    presets = compare.PRESETS
     if name not in presets or name == "flags":
         raise HarnessError(f"unknown configuration {name!r}; valid: "
                            f"{', '.join(n for n in presets if n != 'flags')}")

@@ -143,7 +143,7 @@ def _make_strategy(spec):
 def run_row(spec):
     """Measures one row in this process; returns its results dict."""
     if spec["strategy"] == "mwms":
-        from deepreduce_tf.benchmark import runner
+        from deepreduce_bench import runner
 
         os.environ["TF_CONFIG"] = runner.tf_config_for(spec["hosts"], spec["task"])
     import numpy as np
@@ -151,7 +151,7 @@ def run_row(spec):
     import keras
 
     import deepreduce_tf
-    from deepreduce_tf import models
+    from deepreduce_bench import models
 
     strategy, ops = _make_strategy(spec)
     replicas = strategy.num_replicas_in_sync

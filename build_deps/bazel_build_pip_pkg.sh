@@ -4,7 +4,7 @@
 #   bazel build //:build_pip_pkg && bazel-bin/build_pip_pkg <output dir>
 #   (or: bazel run //:build_pip_pkg -- <output dir>)
 #
-# Stages the package's Python files and the Bazel-built
+# Stages the packages' Python files (deepreduce_tf, deepreduce_bench) and the Bazel-built
 # deepreduce_tf/ops/_deepreduce_ops.{so,json} into a temporary directory and
 # runs `pip wheel --no-build-isolation --no-deps` there with a generated
 # setup.py that carries setup.py's metadata (name, version, install_requires,
@@ -41,7 +41,7 @@ python="${PYTHON_BIN_PATH:-$(cat "$runfiles/local_config_tf/python_bin")}"
 stage="$(mktemp -d "${TMPDIR:-/tmp}/deepreduce_tf_wheel.XXXXXX")"
 trap 'rm -rf "$stage"' EXIT
 # -L: runfiles are symlinks; the wheel needs the files.
-(cd "$workspace" && find -L deepreduce_tf \( -name __pycache__ -prune \) -o -type f -print) |
+(cd "$workspace" && find -L deepreduce_tf deepreduce_bench \( -name __pycache__ -prune \) -o -type f -print) |
   while IFS= read -r f; do
     mkdir -p "$stage/$(dirname "$f")"
     cp -L "$workspace/$f" "$stage/$f"
@@ -96,7 +96,8 @@ with open("setup_kwargs.json") as f:
     kwargs = json.load(f)
 setup(
     distclass=BinaryDistribution,
-    packages=find_packages(include=["deepreduce_tf", "deepreduce_tf.*"]),
+    packages=find_packages(include=["deepreduce_tf", "deepreduce_tf.*",
+                                    "deepreduce_bench", "deepreduce_bench.*"]),
     package_data={"deepreduce_tf.ops": ["_deepreduce_ops.so", "_deepreduce_ops.json"]},
     **kwargs,
 )
@@ -118,7 +119,7 @@ if len(wheels) != 1:
     sys.exit(f"expected one deepreduce_tf wheel in {dist}, found {wheels}")
 names = set(zipfile.ZipFile(wheels[0]).namelist())
 for need in ("deepreduce_tf/__init__.py", "deepreduce_tf/ops/_deepreduce_ops.so",
-             "deepreduce_tf/ops/_deepreduce_ops.json"):
+             "deepreduce_tf/ops/_deepreduce_ops.json", "deepreduce_bench/__init__.py"):
     if need not in names:
         sys.exit(f"{wheels[0]} lacks {need}")
 dest = os.path.join(out, os.path.basename(wheels[0]))

@@ -3,11 +3,11 @@
     .venv/bin/python build_deps/get_fashion_mnist.py [--log FILE]
 
 Prints ONE line (dev.sh prefixes it with [setup]) saying which of these it did:
-  - found the files already (deepreduce_tf.data.find_fashion_mnist());
+  - found the files already (deepreduce_bench.data.find_fashion_mnist());
   - installed the Debian package dataset-fashion-mnist, where apt-get exists and
     this runs as root (-> /usr/share/datasets/fashion-mnist);
   - let Keras download them into its cache, ~/.keras/datasets/fashion-mnist
-    (deepreduce_tf.data.fetch_fashion_mnist(); $DEEPREDUCE_TF_FASHION_MNIST_ORIGIN
+    (deepreduce_bench.data.fetch_fashion_mnist(); $DEEPREDUCE_TF_FASHION_MNIST_ORIGIN
     replaces Keras's origin, e.g. with a mirror);
   - neither, and why: deepreduce-bench then stops before training and says how
     to get them, and the tests that need them skip.
@@ -42,9 +42,9 @@ def get(log=sys.stderr, apt_get=None, root=None, base_url=None, cache_dir=None):
 
     apt_get: the apt-get command (default: found on PATH); root: whether this
     process may install packages (default: its effective uid is 0);
-    base_url, cache_dir: as deepreduce_tf.data.fetch_fashion_mnist().
+    base_url, cache_dir: as deepreduce_bench.data.fetch_fashion_mnist().
     """
-    from deepreduce_tf import data
+    from deepreduce_bench import data
 
     found = data.find_fashion_mnist()
     if found:

@@ -58,7 +58,7 @@ def package_digest():
     """Everything `pip install .` turns into the installed package, plus the
     build environment and the dependency set it is compiled against."""
     paths = ([os.path.join(ROOT, "setup.py")] + kernel_files() +
-             _files("deepreduce_tf", (".py",)))
+             _files("deepreduce_tf", (".py",)) + _files("deepreduce_bench", (".py",)))
     env = [f"{k}={os.environ.get(k, '')}" for k in BUILD_ENV]
     return _digest(paths, env + [requirements_digest()])
 

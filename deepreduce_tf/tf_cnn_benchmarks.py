@@ -18,9 +18,10 @@ chooses an all-reduce algorithm.
     (DeepReduceCrossDeviceOps.reduce_tensors). The script's packing options
     (--gradient_repacking, --compact_gradient_transfer, --variable_consistency)
     apply around it as around any algorithm.
-  * DeepReduce's flags are deepreduce-bench's: --compressor --compress_ratio
-    --memory --deepreduce --index --value --fpr --policy --bits ... (every
-    codec parameter of the registry); --momentum is the script's own.
+  * DeepReduce's flags are deepreduce-bench's (deepreduce_tf.flags):
+    --compressor --compress_ratio --memory --deepreduce --index --value --fpr
+    --policy --bits ... (every codec parameter of the registry); --momentum is
+    the script's own.
   * The script's log gains, after each images/sec line, the bytes a device
     sent in that step against the dense gradient, and at the end the totals.
 
@@ -36,6 +37,8 @@ import importlib.util
 import os
 import sys
 import types
+
+from deepreduce_tf import flags as dr_flags
 
 USAGE = ("usage: deepreduce-tf-cnn-benchmarks --benchmarks_dir=PATH <tf_cnn_benchmarks flags> "
          "--variable_update=deepreduce [DeepReduce flags]; PATH: a checkout of "
@@ -138,8 +141,6 @@ class Adapter:
         the script defines its flags) and defines DeepReduce's flags."""
         from absl import flags
 
-        from deepreduce_tf.benchmark import flags as bench_flags
-
         specs = self.script_flags.param_specs
         spec = specs["variable_update"]
         values = tuple(spec.kwargs["enum_values"])
@@ -149,23 +150,16 @@ class Adapter:
                 kwargs=kwargs, description=spec.description + ", deepreduce (replicated, with "
                 "DeepReduce's compressed exchange: deepreduce-tf-cnn-benchmarks)")
         ours = flags.FlagValues()
-        bench_flags.define_flags(ours)
-        # --exchange is deepreduce-bench's choice of TensorFlow's own path: here
-        # that is the script's own --variable_update.
-        names = [n for n in bench_flags.compression_flag_names() if n != "exchange"]
-        for name in names + ["seed"]:
+        dr_flags.define_flags(ours)
+        for name in dr_flags.compression_flag_names() + ("seed",):
             if name in ours and name not in self.FLAGS:
                 self.FLAGS[name] = ours[name]
 
     def compression_params(self):
-        from deepreduce_tf.benchmark import flags as bench_flags
-
-        return bench_flags.compression_params(self.FLAGS)
+        return dr_flags.compression_params(self.FLAGS)
 
     def given_flags(self):
-        from deepreduce_tf.benchmark import flags as bench_flags
-
-        return [n for n in bench_flags.given_compression_flags(self.FLAGS) if n != "exchange"]
+        return dr_flags.given_compression_flags(self.FLAGS)
 
     # -- checks
     def check(self, params):

@@ -10,8 +10,9 @@ import tensorflow as tf
 from absl import flags as absl_flags
 
 import deepreduce_tf as dr
+from deepreduce_bench import flags as bench_flags
 from deepreduce_tf import codecs, compressor
-from deepreduce_tf.benchmark import flags as bench_flags
+from deepreduce_tf import flags as dr_flags
 from deepreduce_tf.codecs import base
 from deepreduce_tf.codecs import index as ic
 from deepreduce_tf.codecs import value as vc
@@ -435,7 +436,7 @@ def test_flags_derive_from_the_registry():
     assert fv["fpr"].value is None and fv["policy"].value == "conflict_sets"
     for name in ("fpr", "policy", "bits", "bucket_size", "poly_degree", "topk_scope",
                  "bucket_cap_mb"):
-        assert name in bench_flags.PARAM_FLAGS
+        assert name in dr_flags.PARAM_FLAGS
 
 
 @pytest.mark.parametrize("args,expected", [

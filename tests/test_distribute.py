@@ -399,7 +399,7 @@ def test_accuracy_parity_with_uncompressed_training():
     uncompressed training within PARITY_MARGIN."""
     import keras
 
-    from deepreduce_tf import data
+    from deepreduce_bench import data
 
     train = data.load_fashion_mnist("train", limit=4096)
     test = data.load_fashion_mnist("test", limit=2000)

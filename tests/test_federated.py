@@ -795,7 +795,7 @@ def test_deployment_superlink_and_three_supernodes(tmp_path):
                FLWR_TELEMETRY_ENABLED="0", FLWR_DISABLE_UPDATE_CHECK="1",
                FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1", UV_OFFLINE="1",
                PYTHONUNBUFFERED="1")
-    from deepreduce_tf.benchmark.runner import free_ports
+    from deepreduce_bench.runner import free_ports
 
     link, *nodes = free_ports(4)
     deadline = time.monotonic() + 420

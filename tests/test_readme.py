@@ -233,8 +233,8 @@ def check_bash_script(argv, where):
 def check_deepreduce_bench(argv, where):
     from absl import flags as absl_flags
 
-    from deepreduce_tf.benchmark import compare
-    from deepreduce_tf.benchmark import flags as bench_flags
+    from deepreduce_bench import flags as bench_flags
+    from deepreduce_bench import presets
 
     fv = absl_flags.FlagValues()
     bench_flags.define_flags(fv)
@@ -252,8 +252,8 @@ def check_deepreduce_bench(argv, where):
     except absl_flags.Error as e:
         raise AssertionError(f"{where}: {e}") from e
     if fv["compare"].present:
-        unknown = [p for p in fv.compare if p not in compare.PRESETS]
-        assert not unknown, f"{where}: no preset {unknown}; presets: {compare.names_text()}"
+        unknown = [p for p in fv.compare if p not in presets.PRESETS]
+        assert not unknown, f"{where}: no preset {unknown}; presets: {presets.names_text()}"
     try:  # ranges and combinations, as the command checks them before any work
         bench_flags.resolve(fv)
     except bench_flags.ConfigError as e:

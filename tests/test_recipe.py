@@ -126,7 +126,7 @@ def test_bad_recipe_options_are_refused(params, match):
 def _resolve(args):
     from absl import flags as absl_flags
 
-    from deepreduce_tf.benchmark import flags as bench_flags
+    from deepreduce_bench import flags as bench_flags
 
     fv = absl_flags.FlagValues()
     bench_flags.define_flags(fv)
@@ -135,7 +135,7 @@ def _resolve(args):
 
 
 def test_bench_flags_move_the_momentum_into_the_compressor():
-    from deepreduce_tf.benchmark import runner
+    from deepreduce_bench import runner
 
     config = _resolve(["--memory=dgc", "--momentum=0.8", "--warmup_steps=50",
                        "--warmup=exponential", "--clip_norm=5", "--data_name=synthetic"])
@@ -150,7 +150,7 @@ def test_bench_flags_move_the_momentum_into_the_compressor():
 
 
 def test_bench_flags_refuse_dgc_with_adam():
-    from deepreduce_tf.benchmark import flags as bench_flags
+    from deepreduce_bench import flags as bench_flags
 
     with pytest.raises(bench_flags.ConfigError, match="--memory=dgc .* --optimizer=adam"):
         _resolve(["--memory=dgc", "--optimizer=adam", "--data_name=synthetic"])

@@ -22,6 +22,8 @@ def _tree(root):
         "kernels/a/a_kernels.cu": "// cuda\n",
         "deepreduce_tf/__init__.py": "x = 1\n",
         "deepreduce_tf/ops/__init__.py": "",
+        "deepreduce_bench/__init__.py": "",
+        "deepreduce_bench/cli.py": "y = 2\n",
         "README.md": "readme\n",
         "tests/test_x.py": "def test(): pass\n",
     }
@@ -56,6 +58,7 @@ def _edit(root, rel, text):
     ("kernels/a/a_kernels.cu", {"package", "kernels"}),
     ("deepreduce_tf/__init__.py", {"package"}),          # reinstall, objects reused
     ("deepreduce_tf/ops/__init__.py", {"package"}),
+    ("deepreduce_bench/cli.py", {"package"}),            # the harness is installed too
     ("setup.py", {"package"}),
     ("build_deps/requirements.txt", {"requirements", "package"}),
     ("build_deps/requirements-nodeps.txt", {"requirements", "package"}),

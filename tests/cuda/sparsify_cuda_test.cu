@@ -472,7 +472,7 @@ void RunInput(const FM& f, const std::vector<typename FM::U>& x, uint64_t seed,
 // i of the bucket gets FirstK(order of its own slice, k[i]) shifted by
 // offsets[i] (top-k: TopOrder of the slice's ranks; random-k: RandomOrder
 // with seed SegmentSeed(seed, i) over the slice's positions), concatenated
-// in segment order. Layouts: ResNet-20 as deepreduce_tf.models.resnet20
+// in segment order. Layouts: ResNet-20 as deepreduce_bench.models.resnet20
 // builds it (59 tensors, 3-channel input), ResNet-50 as torchvision
 // defines it (161 tensors, 25,557,032 elements), and random layouts of
 // empty, tiny, tile-edge and chunk-edge segments with k[i] drawn from

@@ -7,7 +7,7 @@
     workload.evaluate(model)                  # {"accuracy": ...} or {"hit_rate": ...}
 
 Image models (resnet20, resnet50) train on Fashion-MNIST or on the synthetic
-class-template images of deepreduce_tf.data (learnable, same shapes), 10
+class-template images of deepreduce_bench.data (learnable, same shapes), 10
 classes, at --image_size (28x28 grey -> padded to image_size x image_size x 3
 by data.to_resnet_input(), upsampled by an integer factor first for large
 sizes). Images stay uint8 in memory and are converted per batch.
@@ -21,8 +21,8 @@ import math
 import numpy as np
 import tensorflow as tf
 
-from deepreduce_tf import data as data_lib
-from deepreduce_tf import models, movielens
+from deepreduce_bench import data as data_lib
+from deepreduce_bench import models, movielens
 
 NUM_CLASSES = data_lib.NUM_CLASSES
 SYNTHETIC_TRAIN_IMAGES = 10000

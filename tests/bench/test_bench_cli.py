@@ -22,18 +22,19 @@ import tensorflow as tf
 from absl import flags as absl_flags
 
 import deepreduce_tf
-from deepreduce_tf import data as dr_data
-from deepreduce_tf import models
-from deepreduce_tf.benchmark import cli
-from deepreduce_tf.benchmark import flags as bench_flags
-from deepreduce_tf.benchmark import report
-from deepreduce_tf.benchmark.runner import CHILD_BOOTSTRAP
+from deepreduce_bench import data as dr_data
+from deepreduce_bench import models
+from deepreduce_bench import cli
+from deepreduce_bench import flags as bench_flags
+from deepreduce_bench import report
+from deepreduce_bench.runner import CHILD_BOOTSTRAP
 from test_data import write_fake_dataset
 
 # Trains models, starts worker processes or runs Flower (minutes):
 # `pytest -m "not slow"` leaves it out of a quick loop.
 pytestmark = pytest.mark.slow
 
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RUN_TIMEOUT = 600
 TINY = ["--num_batches=2", "--num_warmup_batches=1", "--codec_repeats=1", "--display_every=1"]
 # Top-k with raw indices and values: the payload size depends only on the shapes.
@@ -45,9 +46,9 @@ TF_NOISE = ("oneDNN", "cpu_feature_guard", "Using MirroredStrategy", "absl::Init
 NO_TF_PROBE = ("import atexit, os, sys; sys.path.pop(0); "
                "atexit.register(lambda: open(os.environ['TF_PROBE'], 'w').write("
                "str('tensorflow' in sys.modules))); "
-               "from deepreduce_tf.benchmark.cli import main; main()")
+               "from deepreduce_bench.cli import main; main()")
 PLOT_BOOTSTRAP = ("import sys; sys.path.pop(0); "
-                  "from deepreduce_tf.benchmark.cli import plot_main; plot_main()")
+                  "from deepreduce_bench.cli import plot_main; plot_main()")
 MAX_HELP_LINES = 150
 
 
@@ -253,8 +254,7 @@ def test_docs_list_every_codec_parameter():
     says what each is (its range and default too)."""
     fv = absl_flags.FlagValues()
     bench_flags.define_flags(fv)
-    with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                           "docs", "cli.md"), encoding="utf-8") as f:
+    with open(os.path.join(REPO_ROOT, "docs", "cli.md"), encoding="utf-8") as f:
         section = f.read().split("## Codec parameters", 1)[1].split("\n## ", 1)[0]
     rows = {line.split("`")[1] for line in section.splitlines() if line.startswith("| `--")}
     params = {f"--{n}" for n in bench_flags.own_flag_names(fv)

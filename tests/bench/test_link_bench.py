@@ -11,8 +11,8 @@ import pytest
 # `pytest -m "not slow"` leaves it out of a quick loop.
 pytestmark = pytest.mark.slow
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SCRIPT = os.path.join(os.path.dirname(HERE), "benchmarks", "link_bench.py")
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(REPO_ROOT, "benchmarks", "link_bench.py")
 TINY = ["--", "--model=resnet20", "--data_name=synthetic", "--batch_size=8",
         "--num_warmup_batches=1"]
 

@@ -19,8 +19,8 @@ import time
 
 import pytest
 
-from deepreduce_tf.benchmark import runner
-from deepreduce_tf.benchmark.runner import CHILD_BOOTSTRAP
+from deepreduce_bench import runner
+from deepreduce_bench.runner import CHILD_BOOTSTRAP
 
 # Trains models, starts worker processes or runs Flower (minutes):
 # `pytest -m "not slow"` leaves it out of a quick loop.
@@ -139,9 +139,9 @@ def test_finished_run_logs_no_heartbeat_errors(tmp_path):
     # coordination service logs it as crashed ("UNAVAILABLE ... stopped
     # sending heartbeats"). TensorFlow's log lines are all shown here.
     slow_chief = ("import sys, time; sys.path.pop(0); "
-                  "from deepreduce_tf.benchmark import report; write = report.write_json; "
+                  "from deepreduce_bench import report; write = report.write_json; "
                   "report.write_json = lambda *a, **k: (time.sleep(12), write(*a, **k))[1]; "
-                  "from deepreduce_tf.benchmark.cli import main; main()")
+                  "from deepreduce_bench.cli import main; main()")
     _, results = _by_hand(tmp_path, env={"TF_CPP_MIN_LOG_LEVEL": "0"},
                           codes={0: slow_chief})
     for code, out, err in results:

@@ -34,6 +34,8 @@ import sys
 
 import numpy as np
 
+from deepreduce_bench import movielens
+
 ENV_VAR = "DEEPREDUCE_TF_FASHION_MNIST"
 DEBIAN_DIR = "/usr/share/datasets/fashion-mnist"
 INSTALL_HINT = "apt-get install -y dataset-fashion-mnist"
@@ -181,7 +183,7 @@ def how_to_get(data_dir=None, fetch_command=None):
     fetch_command: the command line that downloads them with Keras (default:
       the Python call).
     """
-    fetch = fetch_command or "python -c 'import deepreduce_tf.data as d; d.fetch_fashion_mnist()'"
+    fetch = fetch_command or "python -c 'import deepreduce_bench.data as d; d.fetch_fashion_mnist()'"
     return (f"Fashion-MNIST was not found (searched: {', '.join(candidate_dirs(data_dir))}). "
             f"Get it with `{INSTALL_HINT}` (Debian/Ubuntu, as root), or let Keras download "
             f"it into {keras_dir()} with `{fetch}` (`bash build_deps/dev.sh setup` tries "
@@ -391,8 +393,6 @@ def fetch_all(data_dir=None, stream=sys.stderr, fashion_mnist_url=None, **moviel
       movielens.MovieLensError: MovieLens could not be fetched (the message
         says what to run instead).
     """
-    from deepreduce_tf import movielens
-
     fashion, failure = find_fashion_mnist(), None
     if fashion is None:
         try:

@@ -1,4 +1,4 @@
-"""deepreduce_tf.movielens: fetch (fake wheels, one real download), the NCF
+"""deepreduce_bench.movielens: fetch (fake wheels, one real download), the NCF
 leave-one-out split, HR/NDCG against a brute-force reference, synthetic data."""
 import io
 import os
@@ -8,8 +8,8 @@ import zipfile
 import numpy as np
 import pytest
 
-from deepreduce_tf import data as fmnist_data
-from deepreduce_tf import movielens as ml
+from deepreduce_bench import data as fmnist_data
+from deepreduce_bench import movielens as ml
 from test_data import no_installed_data, serve, write_fake_dataset  # noqa: F401 (fixture)
 
 HEADER_LINE = "\t".join(ml.HEADER)
@@ -414,7 +414,7 @@ def test_hit_rate_edge_cases():
 
 
 def test_evaluate_keras_model(small_synthetic):
-    from deepreduce_tf import models
+    from deepreduce_bench import models
 
     data = ml.leave_one_out(small_synthetic, seed=0)
     model = models.neumf(data.num_users, data.num_items)
@@ -429,7 +429,7 @@ def test_neumf_learns_synthetic():
     import keras
     import tensorflow as tf
 
-    from deepreduce_tf import models
+    from deepreduce_bench import models
 
     keras.utils.set_random_seed(0)
     inter = ml.synthetic_interactions(num_users=300, num_items=400, mean_per_user=40, seed=1)

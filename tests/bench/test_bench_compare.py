@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from absl import flags as absl_flags
 
-from deepreduce_tf import data, models
-from deepreduce_tf.benchmark import compare
-from deepreduce_tf.benchmark import flags as bench_flags
-from deepreduce_tf.benchmark import report
+from deepreduce_bench import data, models
+from deepreduce_bench import compare
+from deepreduce_bench import flags as bench_flags
+from deepreduce_bench import report
 from test_bench_cli import bench, fake_fashion_mnist  # noqa: F401 (a fixture)
 
 # Trains models, starts worker processes or runs Flower (minutes):
@@ -60,9 +60,9 @@ def test_no_compression_flag_is_the_default_comparison():
     assert config.compare == ("uncompressed", "golomb_qsgd_dgc")  # resnet20: momentum SGD
     assert config.eval and config.num_batches == bench_flags.COMPARE_STEPS
     assert config.lr_schedule == "cosine"
-    assert config.train_dir == "deepreduce_bench"
-    assert config.output_json == os.path.join("deepreduce_bench", "compare.json")
-    assert config.plot == os.path.join("deepreduce_bench", "compare.png")
+    assert config.train_dir == "deepreduce_bench_runs"
+    assert config.output_json == os.path.join("deepreduce_bench_runs", "compare.json")
+    assert config.plot == os.path.join("deepreduce_bench_runs", "compare.png")
     assert config.data_name == "fashion_mnist"  # installed or not (missing: it stops)
     # Settings that are not compression flags keep the comparison.
     assert resolve(["--seed=3", "--num_batches=7"]).compare == config.compare
@@ -73,6 +73,26 @@ def test_no_compression_flag_is_the_default_comparison():
                        "momentum correction, which needs --optimizer=momentum, not sgd; use "
                        "'golomb_qsgd' instead"):
         resolve(["--compare=uncompressed,golomb_qsgd_dgc", "--optimizer=sgd"])
+
+
+def test_outputs_never_go_into_a_package_directory(tmp_path, monkeypatch):
+    """In a checkout, ./deepreduce_bench is the package: no output lands there
+    (a comparison's default is ./deepreduce_bench_runs)."""
+    package = tmp_path / "deepreduce_bench"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    assert resolve([]).train_dir == "deepreduce_bench_runs"
+    for args, flag in ((["--train_dir=deepreduce_bench"], "train_dir"),
+                       (["--train_dir=deepreduce_bench/x/y"], "train_dir"),
+                       (["--compressor=topk", "--output_json=deepreduce_bench/r.json"],
+                        "output_json"),
+                       (["--compressor=topk", "--plot=./deepreduce_bench/p.png"], "plot")):
+        with pytest.raises(bench_flags.ConfigError, match=f"--{flag}=.* is inside the Python "
+                           f"package {package}"):
+            resolve(args)
+    # A directory of that name that is not a package is an ordinary directory.
+    assert resolve(["--train_dir=runs/deepreduce_bench"]).train_dir == "runs/deepreduce_bench"
 
 
 @pytest.mark.parametrize("args", [["--compressor=topk"], ["--index=golomb"], ["--bits=7"],
@@ -156,13 +176,13 @@ def test_unknown_preset_is_one_usage_line(tmp_path):
     assert lines == ["deepreduce-bench: error: --compare: unknown preset 'zip'; valid presets: "
                      "uncompressed, topk, golomb_qsgd, golomb_qsgd_dgc, bloom_polyfit, lgc_ps, "
                      "lgc_rar, flags"]
-    assert not (tmp_path / "deepreduce_bench").exists()
+    assert not (tmp_path / "deepreduce_bench_runs").exists()
 
 
 def test_default_comparison_end_to_end(tmp_path, fake_fashion_mnist):
     code, out, err = bench(TINY, tmp_path, env=fake_fashion_mnist)
     assert code == 0, err[-3000:]
-    out_dir = tmp_path / "deepreduce_bench"
+    out_dir = tmp_path / "deepreduce_bench_runs"
     combined = json.loads((out_dir / "compare.json").read_text())
     assert combined["kind"] == "comparison" and combined["baseline"] == "uncompressed"
     assert [r["preset"] for r in combined["runs"]] == ["uncompressed", "golomb_qsgd_dgc"]
@@ -224,7 +244,7 @@ def test_missing_data_is_one_error_before_training(tmp_path, mode):
                           f"{empty}). Get it with `apt-get install -y dataset-fashion-mnist`")
     assert len(err.strip().splitlines()) == 1 and "--data_name=synthetic" in err
     assert "train [" not in err and "launching" not in err and "comparing" not in err
-    assert not (tmp_path / "r.json").exists() and not (tmp_path / "deepreduce_bench").exists()
+    assert not (tmp_path / "r.json").exists() and not (tmp_path / "deepreduce_bench_runs").exists()
 
 
 # ---------------------------------------------------------------------------
@@ -287,7 +307,7 @@ def test_tf_exchange_counts_embedding_gradients_as_slices():
     indices, from the gradients of a real NeuMF step."""
     import tensorflow as tf
 
-    from deepreduce_tf.benchmark import runner
+    from deepreduce_bench import runner
 
     model = models.neumf(50, 80, mf_dim=4, mlp_layers=(8, 4))
     users = tf.constant([1, 2, 3, 2, 7], tf.int32)
@@ -318,7 +338,7 @@ def test_training_images_equal_the_numpy_conversion(size):
     bit for bit as data.to_resnet_input() (after integer upsampling)."""
     import tensorflow as tf
 
-    from deepreduce_tf.benchmark import workloads
+    from deepreduce_bench import workloads
 
     config = resolve(["--data_name=synthetic", f"--image_size={size}", "--compressor=topk"])
     workload = workloads.ImageWorkload(config)
@@ -337,7 +357,7 @@ def test_cosine_learning_rate_schedule():
     run's T steps; constant stays lr0."""
     import math
 
-    from deepreduce_tf.benchmark import runner
+    from deepreduce_bench import runner
 
     config = resolve(["--lr_schedule=cosine", "--init_learning_rate=0.08", "--compressor=topk"])
     optimizer = runner.make_optimizer(config, total_steps=100)

@@ -8,10 +8,13 @@ Names follow tf_cnn_benchmarks where it has the concept (--model,
 dictionary (--compressor, --compress_ratio, --memory, --communicator,
 --deepreduce, --index, --value, --fpr, --policy, ...).
 
-The codec flags derive from the codec registry (deepreduce_tf.codecs): the
---index / --value choices and help, and one flag per declared codec
-parameter (--fpr, --policy, --bits, --bucket_size, --poly_degree, ...), named
-by its from_params key, with the declared type, range and help.
+DeepReduce's flags are the library's (deepreduce_tf.flags, which the
+tf_cnn_benchmarks adapter shares): the codec flags derive from the codec
+registry (deepreduce_tf.codecs): the --index / --value choices and help, and
+one flag per declared codec parameter (--fpr, --policy, --bits,
+--bucket_size, --poly_degree, ...), named by its from_params key, with the
+declared type, range and help. This module adds --exchange, the choice of
+TensorFlow's own dense all-reduce instead.
 
 define_flags() registers them (once per FlagValues); resolve() turns parsed
 flags into a RunConfig and the from_params() dict, raising ConfigError with a
@@ -27,26 +30,15 @@ covers every other flag (the command line checks them before TensorFlow
 loads). The codec registry and from_params do import it.
 """
 import collections
-import importlib
 import os
+import warnings
 
 from absl import flags
 
-
-class _LazyModule:
-    """A module imported on first attribute access: the codec registry and
-    from_params import TensorFlow, which the checks of check_flags() and the
-    flags defined by define_flags(..., codecs=False) do not need."""
-
-    def __init__(self, name):
-        self._name = name
-
-    def __getattr__(self, attr):
-        return getattr(importlib.import_module(self._name), attr)
-
-
-dr_params = _LazyModule("deepreduce_tf.params")
-codec_base = _LazyModule("deepreduce_tf.codecs.base")
+import deepreduce_tf
+from deepreduce_bench import data, movielens, presets
+from deepreduce_tf import flags as dr_flags
+from deepreduce_tf.flags import ConfigError, compression_params  # noqa: F401 (this module's API)
 
 MODELS = ("resnet20", "resnet50", "ncf")
 MODEL_ALIASES = {"neumf": "ncf"}
@@ -62,12 +54,6 @@ MODEL_DEFAULTS = {
 IMAGE_DATA = ("synthetic", "fashion_mnist")
 NCF_DATA = ("synthetic", "movielens")
 FETCH_COMMAND = "deepreduce-bench --fetch_data"
-# Compression flags that are not codec parameters, and the from_params Params
-# of the fusion / scope flags.
-GENERAL_PARAM_FLAGS = ("compressor", "compress_ratio", "threshold", "topk_scope",
-                       "topk_skip_zeros", "memory",
-                       "warmup_steps", "warmup", "clip_norm", "communicator",
-                       "bucket_cap_mb", "deepreduce", "index", "value")
 EXCHANGES = ("deepreduce", "tf")
 LR_SCHEDULES = ("constant", "cosine")
 # Default number of history points (--display_every) and of test evaluations
@@ -77,76 +63,12 @@ EVAL_POINTS = 8
 # Timed steps of a comparison without --num_batches / --num_epochs: about
 # 0.6 epoch of Fashion-MNIST at the default batch (32 per replica x 2).
 COMPARE_STEPS = 600
-
-
-def codec_flag_params():
-    """{flag name: Param} of the registered codecs' parameters that have a flag."""
-    return {k: p for k, p in codec_base.REGISTRY.params().items() if p.flag}
-
-
-def communicator_flag_params():
-    """{flag name: Param} of the registered communicators' keys (lgc_*)."""
-    comms = dr_params.communicators.COMMUNICATORS  # importing params registers them all
-    return {p.key: p for c in comms.values() for p in getattr(c, "PARAMS", ())}
-
-
-def param_flags():
-    """The flags that configure compression, in the order of the params dict."""
-    return (GENERAL_PARAM_FLAGS + tuple(communicator_flag_params()) + tuple(codec_flag_params())
-            + ("min_size", "seed"))
-
-
-def extra_params():
-    """The from_params Params of the fusion / selection flags (--topk_scope,
-    --topk_skip_zeros, --bucket_cap_mb)."""
-    return (dr_params.TOPK_SCOPE, dr_params.TOPK_SKIP_ZEROS, dr_params.BUCKET_CAP_MB)
-
-
-def __getattr__(name):
-    if name == "PARAM_FLAGS":  # follows the codec registry
-        return param_flags()
-    if name == "EXTRA_PARAMS":  # imports TensorFlow
-        return extra_params()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def _codec_choices_help(kind):
-    specs = codec_base.REGISTRY.specs(kind)
-    aliases = codec_base.REGISTRY.aliases(kind)
-    text = " | ".join(s.name for s in specs)
-    if aliases:
-        text += " (aliases: " + ", ".join(f"{a}={b}" for a, b in aliases.items()) + ")"
-    return text
-
-
-def _param_help(param, owners=None):
-    owners = f"{owners}: " if owners else ""
-    default = "unset" if param.default is None else param.default
-    return f"{owners}{param.help} ({param.describe()}; default {default})."
-
-
-def _define_param_flag(param, fv, owners=None):
-    """Defines --<param.key> from a Param (string flags parse with Param.parse)."""
-    helptext = _param_help(param, owners)
-    define = {"integer": flags.DEFINE_integer, "float": flags.DEFINE_float}.get(
-        param.flag_type, flags.DEFINE_string)
-    define(param.key, param.flag_default, helptext, flag_values=fv)
-    fv[param.key].deepreduce_param = param  # what compression_params() reads
-    fv[param.key].deepreduce_owners = owners  # the codecs / communicators it configures
-
-
-def _param_flags(fv):
-    """[(name, Param)] of the flags that define_flags() derived from a Param."""
-    out = []
-    for name in param_flags():
-        param = getattr(fv[name], "deepreduce_param", None) if name in fv else None
-        if param is not None:
-            out.append((name, param))
-    return out
-
-
-class ConfigError(ValueError):
-    """A flag value, or a combination of them, that cannot run."""
+# A comparison's output directory without --train_dir (in the current
+# directory; not ./deepreduce_bench, which is this package in a checkout).
+COMPARE_DIR = "deepreduce_bench_runs"
+# Outputs never go inside the directory of one of these packages (a checkout's
+# source tree or an installed copy).
+PACKAGES = ("deepreduce_bench", "deepreduce_tf")
 
 
 RunConfig = collections.namedtuple("RunConfig", [
@@ -176,37 +98,14 @@ def define_flags(flag_values=flags.FLAGS, codecs=True):
     which import TensorFlow: the rest are what check_flags() reads.
     """
     fv = flag_values
-    if "deepreduce" not in fv:
+    if "model" not in fv:
         _define_general_flags(fv)
-    if codecs and "index" not in fv:
-        _define_codec_flags(fv)
-
-
-def _define_codec_flags(fv):
-    """The flags that follow the codec registry and from_params' Params."""
-    for param in extra_params():
-        _define_param_flag(param, fv)
-    flags.DEFINE_string("index", dr_params.DEFAULT_CODECS["index"],
-                        "Index codec (with --deepreduce=index/both): "
-                        f"{_codec_choices_help('index')}. See docs/codecs.md.", flag_values=fv)
-    flags.DEFINE_string("value", dr_params.DEFAULT_CODECS["value"],
-                        "Value codec (with --deepreduce=value/both): "
-                        f"{_codec_choices_help('value')}. See docs/codecs.md.", flag_values=fv)
-    for key, param in communicator_flag_params().items():
-        comms = dr_params.communicators.COMMUNICATORS.values()
-        owners = "/".join(c.name for c in comms if param in getattr(c, "PARAMS", ()))
-        _define_param_flag(param, fv, f"--communicator={owners}")
-    # One flag per codec parameter, as the registry declares it (a key that
-    # is already a flag of this command keeps its own meaning).
-    for key, param in codec_flag_params().items():
-        if key in fv:
-            continue
-        owners = "/".join(s.name for s in codec_base.REGISTRY.codecs_of(key))
-        _define_param_flag(param, fv, owners)
+    if codecs:
+        dr_flags.define_flags(fv)  # the codec flags (idempotent)
 
 
 def _define_general_flags(fv):
-    """Every flag but those of _define_codec_flags (no TensorFlow needed)."""
+    """Every flag but the codec flags of deepreduce_tf.flags (no TensorFlow needed)."""
     # --- tf_cnn_benchmarks vocabulary
     flags.DEFINE_string("model", "resnet20",
                         f"Model to train: {', '.join(MODELS)} (neumf is accepted for ncf). "
@@ -281,37 +180,8 @@ def _define_general_flags(fv):
                          f"Default: about {HISTORY_POINTS} points per run (every step for runs "
                          f"of up to {HISTORY_POINTS} steps).", flag_values=fv)
     # --- DeepReduce
-    flags.DEFINE_string("compressor", "topk",
-                        "Sparsifier: topk | randomk | threshold | none (GRACE's 'compressor').",
-                        flag_values=fv)
-    flags.DEFINE_float("compress_ratio", 0.01,
-                       "Fraction of elements kept by topk / randomk, in (0, 1].", flag_values=fv)
-    flags.DEFINE_float("threshold", None, "Magnitude threshold of --compressor=threshold.",
-                       flag_values=fv)
-    flags.DEFINE_string("memory", None,
-                        "Error feedback: none | residual | dgc (default residual with a "
-                        "sparsifier). dgc: DGC's momentum correction and factor masking; "
-                        "--momentum then moves from the optimizer into the compressor (the "
-                        "optimizer becomes plain SGD).", flag_values=fv)
-    flags.DEFINE_integer("warmup_steps", None,
-                         "Compression warm-up: the first N steps are sent dense (--warmup=dense) or with "
-                         "top-k density falling from 25 % to --compress_ratio "
-                         "(--warmup=exponential, DGC's).", flag_values=fv)
-    flags.DEFINE_string("warmup", None, "dense | exponential (default dense).", flag_values=fv)
-    flags.DEFINE_float("clip_norm", None,
-                       "Local gradient clipping: each worker scales its gradients to this "
-                       "global L2 norm at most, before error feedback (DGC).", flag_values=fv)
-    flags.DEFINE_string("communicator", "allgather",
-                        "allgather | allreduce | lgc_ps | lgc_rar (Learned Gradient "
-                        "Compression, --lgc_* flags; docs/lgc.md).", flag_values=fv)
-    flags.DEFINE_string("deepreduce", "both",
-                        "What DeepReduce compresses: none | index | value | both. Default both, "
-                        "or none when --compressor=none.", flag_values=fv)
-    flags.DEFINE_integer("min_size", None,
-                         "Tensors with fewer elements travel dense (default 1024).",
-                         flag_values=fv)
-    flags.DEFINE_integer("seed", 0, "Seed of the data, the model and the compressor.",
-                         flag_values=fv)
+    # --- DeepReduce: the compression flags of the library (deepreduce_tf.flags)
+    dr_flags.define_flags(fv, codecs=False)
     # --- this command
     flags.DEFINE_integer("num_workers", 1,
                          "Launch this many local worker processes on 127.0.0.1 (free ports, "
@@ -340,15 +210,13 @@ def _define_general_flags(fv):
                       "Download what is missing: Fashion-MNIST with Keras (into "
                       "~/.keras/datasets), MovieLens-100K (from the recbole wheel on PyPI); "
                       "alone, does only that.", flag_values=fv)
-    # --- comparisons (deepreduce_tf.benchmark.compare)
-    from deepreduce_tf.benchmark import compare
-
+    # --- comparisons (deepreduce_bench.compare, of deepreduce_bench.presets)
     flags.DEFINE_list("compare", None,
                       "Presets trained one after another (same seed, data and steps; "
                       f"{COMPARE_STEPS} steps by default) and compared in one table and plot "
-                      f"in --train_dir: {compare.names_text()} (docs/cli.md). Default "
-                      f"{','.join(compare.default_presets('momentum'))} "
-                      f"({','.join(compare.default_presets('adam'))} without momentum SGD) "
+                      f"in --train_dir: {presets.names_text()} (docs/cli.md). Default "
+                      f"{','.join(presets.default_presets('momentum'))} "
+                      f"({','.join(presets.default_presets('adam'))} without momentum SGD) "
                       "when no compression flag is given.", flag_values=fv)
     flags.DEFINE_string("exchange", "deepreduce",
                         "deepreduce: DeepReduce's cross-device ops, compressed as the flags "
@@ -389,9 +257,11 @@ def flag_dict(fv=flags.FLAGS):
 
 
 def own_flag_names(fv):
-    """Names of the flags defined by this module in `fv`."""
+    """Names of the flags of deepreduce-bench in `fv`: this module's and the
+    compression flags it defines through deepreduce_tf.flags."""
     for module, fl in fv.flags_by_module_dict().items():
-        if module.endswith("deepreduce_tf.benchmark.flags") or module == __name__:
+        if module in (__name__, dr_flags.__name__) or module.endswith(
+                ("deepreduce_bench.flags", "deepreduce_tf.flags")):
             for f in fl:
                 yield f.name
 
@@ -404,72 +274,6 @@ def serialize(fv, drop=()):
             continue
         args.append(fv[name].serialize())
     return args
-
-
-def compression_params(fv=flags.FLAGS):
-    """The from_params dict of the flags.
-
-    A key is included when it configures the chosen mode, or when its flag was
-    given explicitly (so from_params rejects e.g. --index=bloom with
-    --deepreduce=none instead of it being silently dropped).
-    """
-    compressor = fv.compressor
-    mode = fv.deepreduce
-    if compressor == "none" and not _present(fv, "deepreduce"):
-        mode = "none"
-    mode = None if mode in (None, "none", "None", "") else mode
-    p = {"compressor": compressor}
-    if compressor in ("topk", "randomk") or _present(fv, "compress_ratio"):
-        p["compress_ratio"] = fv.compress_ratio
-    if fv.threshold is not None:
-        p["threshold"] = fv.threshold
-    for key in ("memory", "warmup_steps", "warmup", "clip_norm"):
-        if fv[key].value is not None:
-            p[key] = fv[key].value
-    if fv.memory == "dgc":  # the optimizer's momentum, applied by the compressor
-        p["momentum"] = fv.momentum
-    p["communicator"] = fv.communicator
-    p["deepreduce"] = mode
-    chosen = []
-    for kind in codec_base.KINDS:
-        used = mode in (kind, "both")
-        if used or _present(fv, kind):
-            p[kind] = fv[kind].value
-        spec = codec_base.REGISTRY.lookup(kind, fv[kind].value) if used else None
-        if spec is not None:
-            chosen.append(spec)
-    # A parameter travels when given, or when its flag has a default of its
-    # own (--policy) and the chosen codec reads it.
-    for key, param in _param_flags(fv):
-        value = fv[key].value
-        if value is None:
-            continue
-        if _present(fv, key) or any(key in s.keys for s in chosen):
-            p[key] = _parsed(param, value)
-    if fv.min_size is not None:
-        p["min_size"] = fv.min_size
-    p["seed"] = fv.seed
-    return p
-
-
-def _parsed(param, value):
-    try:
-        return param.parse(value)
-    except ValueError:
-        _fail(f"--{param.key}={value!r} is not valid: {param.describe()}")
-
-
-def _check_param_flag(fv, param):
-    """Range / choice check of a given codec-parameter flag, naming the flag."""
-    value = fv[param.key].value
-    if value is None or param.flag_type == "string":
-        return  # choices and special values: from_params names the valid ones
-    try:
-        param.validate(value)
-    except ValueError:
-        rng = param.range_text()
-        need = f"in {rng}" if rng[:1] in "([" else (rng or f"a valid {param.type.__name__}")
-        _fail(f"--{param.key}={value} must be {need}")
 
 
 def _check_positive(fv, name, allow_none=True, allow_zero=False):
@@ -573,18 +377,13 @@ def resolve(fv=flags.FLAGS):
     checked = check_flags(fv)
     model, data_name = checked["model"], checked["data_name"]
     hosts, update, num_gpus = checked["hosts"], checked["update"], checked["num_gpus"]
-    for _, param in _param_flags(fv):
-        _check_param_flag(fv, param)
+    dr_flags.check_param_flags(fv)
     compare_names = resolve_compare(fv, checked["optimizer"])
 
     # Compression: from_params is the authority on keys, values and combinations.
     exchange = _choice("exchange", fv.exchange, EXCHANGES)
     lr_schedule = _choice("lr_schedule", fv.lr_schedule or "constant", LR_SCHEDULES)
     params = compression_params(fv) if exchange == "deepreduce" else tf_exchange_params(fv)
-    import warnings
-
-    import deepreduce_tf
-
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -617,13 +416,33 @@ def resolve(fv=flags.FLAGS):
         config = config._replace(eval=True)  # evaluating every N steps is evaluating
     if compare_names:
         config = comparison_config(config, fv)
+    for flag, path in (("train_dir", config.train_dir), ("output_json", config.output_json),
+                       ("plot", config.plot)):
+        check_output_path(flag, path)
     return config
+
+
+def check_output_path(flag, path):
+    """Raises ConfigError if `path` (an output of --`flag`) lies inside the
+    directory of a Python package of this project (PACKAGES)."""
+    if not path:
+        return
+    here = os.path.abspath(path if flag == "train_dir" else os.path.dirname(path))
+    while True:
+        if (os.path.basename(here) in PACKAGES
+                and os.path.isfile(os.path.join(here, "__init__.py"))):
+            _fail(f"--{flag}={path} is inside the Python package {here}; write the outputs "
+                  f"elsewhere (a comparison's default is ./{COMPARE_DIR})")
+        parent = os.path.dirname(here)
+        if parent == here:
+            return
+        here = parent
 
 
 def compression_flag_names():
     """The flags that choose the gradient exchange and its compression (--seed
     is not one: it seeds the data and the model too)."""
-    return tuple(n for n in param_flags() if n != "seed") + ("exchange",)
+    return dr_flags.compression_flag_names() + ("exchange",)
 
 
 def given_compression_flags(fv):
@@ -638,19 +457,17 @@ def resolve_compare(fv, optimizer):
     compression flag is given (then one run of it, as before comparisons
     existed) or --worker_hosts (a real cluster runs one configuration).
     """
-    from deepreduce_tf.benchmark import compare
-
     given = given_compression_flags(fv)
     if not fv["compare"].present:
         if given or fv.worker_hosts:
             return ()
-        return compare.default_presets(optimizer)
+        return presets.default_presets(optimizer)
     names = [n.strip() for n in fv.compare if n.strip()]
     if not names:
-        _fail(f"--compare needs at least one preset; valid presets: {compare.names_text()}")
+        _fail(f"--compare needs at least one preset; valid presets: {presets.names_text()}")
     for name in names:
-        if name not in compare.PRESETS:
-            _fail(f"--compare: unknown preset {name!r}; valid presets: {compare.names_text()}")
+        if name not in presets.PRESETS:
+            _fail(f"--compare: unknown preset {name!r}; valid presets: {presets.names_text()}")
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
         _fail(f"--compare names {', '.join(repeated)} more than once")
@@ -663,10 +480,10 @@ def resolve_compare(fv, optimizer):
         _fail(f"{flags_given} configure the 'flags' preset, which --compare={','.join(names)} "
               "does not include: add flags to --compare or drop them")
     for name in names:
-        if optimizer != "momentum" and "--memory=dgc" in (compare.PRESETS[name].args or ()):
+        if optimizer != "momentum" and "--memory=dgc" in (presets.PRESETS[name].args or ()):
             _fail(f"--compare: preset {name!r} applies DGC's momentum correction, which needs "
                   f"--optimizer=momentum, not {optimizer}; use "
-                  f"{compare.default_presets(optimizer)[1]!r} instead")
+                  f"{presets.default_presets(optimizer)[1]!r} instead")
     return tuple(names)
 
 
@@ -688,7 +505,7 @@ def comparison_config(config, fv):
     if fv.plot_compare:
         _fail("--plot_compare adds earlier results to the --plot of one run; a comparison "
               "plots its own runs (compare them with deepreduce-plot <out>/*/results.json)")
-    out_dir = fv.train_dir or "deepreduce_bench"
+    out_dir = fv.train_dir or COMPARE_DIR
     num_batches = config.num_batches
     if not fv["num_batches"].present and config.num_epochs is None:
         num_batches = COMPARE_STEPS
@@ -712,14 +529,10 @@ def default_data(model, data_dir):
 def check_data(model, data_name, data_dir):
     """Raises ConfigError saying how to get the real data of a run if absent."""
     if data_name == "fashion_mnist":
-        from deepreduce_tf import data
-
         if data.find_fashion_mnist(data_dir) is None:
             _fail(f"{data.how_to_get(data_dir, FETCH_COMMAND)}. --data_name=synthetic trains "
                   "on synthetic images instead.")
     elif data_name == "movielens":
-        from deepreduce_tf import movielens
-
         path = movielens.cached_path(data_dir)
         if not os.path.exists(path):
             dd = f" --data_dir={data_dir}" if data_dir else ""

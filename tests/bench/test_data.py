@@ -1,4 +1,4 @@
-"""deepreduce_tf.data: the IDX parser, the Fashion-MNIST loader, its two sources
+"""deepreduce_bench.data: the IDX parser, the Fashion-MNIST loader, its two sources
 (the Debian package's directory; Keras's download-and-cache, tested against a
 local HTTP server) and the synthetic fallback."""
 import contextlib
@@ -15,7 +15,7 @@ import threading
 import numpy as np
 import pytest
 
-from deepreduce_tf import data
+from deepreduce_bench import data
 
 
 def idx_bytes(arr, type_code=None):

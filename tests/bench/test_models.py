@@ -1,9 +1,9 @@
-"""deepreduce_tf.models: ResNet-20, ResNet-50 and NeuMF build with the published sizes."""
+"""deepreduce_bench.models: ResNet-20, ResNet-50 and NeuMF build with the published sizes."""
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from deepreduce_tf import models
+from deepreduce_bench import models
 
 
 @pytest.fixture(scope="module")

@@ -54,12 +54,14 @@ import sys
 import tempfile
 import time
 
-from deepreduce_tf.benchmark import report
+import deepreduce_tf
+from deepreduce_bench import flags as bench_flags
+from deepreduce_bench import report
 
 # Children re-enter the command without the current directory on sys.path, so a
 # repository checkout in the cwd does not shadow the installed package.
 CHILD_BOOTSTRAP = ("import sys; sys.path.pop(0); "
-                   "from deepreduce_tf.benchmark.cli import main; main()")
+                   "from deepreduce_bench.cli import main; main()")
 
 
 class WorkerError(RuntimeError):
@@ -181,8 +183,6 @@ def check_op_library():
     deepreduce_tf.OpLibraryError before any training (not a traceback from
     inside the first step). Its BuildInfo op starts TensorFlow's runtime, so a
     training process calls it after configuring its devices (make_strategy)."""
-    import deepreduce_tf
-
     deepreduce_tf.build_info()
 
 
@@ -235,8 +235,6 @@ def time_codecs(params, variables, num_payloads, repeats, seed=0):
     """
     import numpy as np
     import tensorflow as tf
-
-    import deepreduce_tf
 
     compressor = deepreduce_tf.from_params(dict(params))
     rng = np.random.default_rng(seed)
@@ -304,8 +302,6 @@ def _input_options(tf, strategy):
 def eval_interval(config, total_steps):
     """Steps between test evaluations (0: none during training): --eval_every,
     else about EVAL_POINTS per run; 0 without --eval."""
-    from deepreduce_tf.benchmark import flags as bench_flags
-
     if not config.eval:
         return 0
     if config.eval_every is None:
@@ -328,8 +324,6 @@ def run(config, stream=sys.stderr):
     """
     import tensorflow as tf
 
-    from deepreduce_tf.benchmark import flags as bench_flags
-
     strategy = make_strategy(config)
     bench_flags.check_data(config.model, config.data_name, config.data_dir)
     cluster = _cluster(strategy)
@@ -348,10 +342,8 @@ def _train(config, strategy, cluster, position, stream):
     import numpy as np
     import tensorflow as tf
 
-    import deepreduce_tf
+    from deepreduce_bench import workloads  # imports TensorFlow
     from deepreduce_tf import distribute as drd
-    from deepreduce_tf.benchmark import flags as bench_flags
-    from deepreduce_tf.benchmark import workloads
 
     chief = is_chief(strategy)
     ops = drd.get_ops(strategy) if config.exchange == "deepreduce" else None
@@ -627,7 +619,7 @@ PEER_FAILED_EXIT = 3
 # keeps its position (worker<i>.step) and writes its PeerFailure
 # (worker<i>.fault), for the launcher's message.
 STATUS_DIR_ENV = "DEEPREDUCE_BENCH_STATUS_DIR"
-# Test hook, not a setting (tests/test_mw_faults.py): "task=1,step=3,signal=STOP"
+# Test hook, not a setting (tests/bench/test_mw_faults.py): "task=1,step=3,signal=STOP"
 # makes worker 1 send itself SIGSTOP as its step 3 (counted from 1) begins.
 TEST_FAULT_ENV = "DEEPREDUCE_TF_TEST_FAULT"
 # The launcher reports a worker that stays stopped this long (SIGSTOP, a debugger).

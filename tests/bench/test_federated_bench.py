@@ -16,8 +16,8 @@ from flwr.serverapp.strategy import FedAvg  # noqa: E402
 # `pytest -m "not slow"` leaves it out of a quick loop.
 pytestmark = pytest.mark.slow
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SCRIPT = os.path.join(os.path.dirname(HERE), "benchmarks", "federated_bench.py")
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(REPO_ROOT, "benchmarks", "federated_bench.py")
 
 
 def _load():
@@ -166,7 +166,7 @@ def test_simulation_workers_get_the_library_of_the_imported_package(tmp_path, mo
 
 
 def test_the_data_source_is_named(monkeypatch):
-    import deepreduce_tf.data as data
+    import deepreduce_bench.data as data
 
     monkeypatch.setattr(data, "find_fashion_mnist", lambda data_dir=None: None)
     assert fb.data_source("fmnist") == "synthetic"

@@ -55,7 +55,7 @@ NUM_ITEMS = 1682
 SHA256 = "4edb74e2a81178c2ba9ff381495f754f996c4aea351b1272ca36b43da0935eff"
 _MAX_MEMBER_BYTES = 64 << 20  # the real file is 2 MB; refuse to inflate anything huge
 FETCH_HINT = (f"python -m pip download --no-deps {WHEEL_REQUIREMENT} -d DIR  (on a machine with "
-              "access to PyPI), then deepreduce_tf.movielens.fetch_movielens("
+              "access to PyPI), then deepreduce_bench.movielens.fetch_movielens("
               "wheel='DIR/recbole-1.2.1-py3-none-any.whl')")
 
 Interactions = collections.namedtuple(
@@ -396,7 +396,7 @@ def load_interactions(data_dir=None, allow_synthetic=True, synthetic_seed=0, str
     path = cached_path(data_dir)
     if not os.path.exists(path):
         message = (f"MovieLens-100K not found at {path}; fetch it with "
-                   "`python -c 'import deepreduce_tf.data as d; d.fetch_all()'` "
+                   "`python -c 'import deepreduce_bench.data as d; d.fetch_all()'` "
                    f"(downloads the {WHEEL_REQUIREMENT} wheel with pip), or set ${ENV_VAR}")
         if not allow_synthetic:
             raise FileNotFoundError(message)

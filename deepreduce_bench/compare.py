@@ -4,7 +4,7 @@
     deepreduce-bench --compare=uncompressed,topk,golomb_qsgd,bloom_polyfit
     deepreduce-bench --compare=uncompressed,flags --index=bloom --policy=p0
 
-Every preset is declared once, in PRESETS: a name, a one-line description and
+Every preset is declared once, in presets.PRESETS: a name, a one-line description and
 the compression flags it stands for ('flags' stands for the compression flags
 of the command line). The parent process resolves what the runs share (data,
 steps, seed, batch, evaluation) and runs each configuration in a fresh process
@@ -16,11 +16,10 @@ shows its progress bar on one line (a few lines off a terminal), then prints one
 (report.compare_table), writes the combined JSON (<out>/compare.json, or
 --output_json) and the plot of test accuracy against cumulative bytes sent
 (report.plot_comparison; <out>/compare.png, or --plot). <out> is --train_dir,
-else ./deepreduce_bench.
+else ./deepreduce_bench_runs (flags.COMPARE_DIR).
 
 This module does not import TensorFlow.
 """
-import collections
 import os
 import re
 import signal
@@ -28,58 +27,10 @@ import subprocess
 import sys
 import time
 
-from deepreduce_tf.benchmark import flags as bench_flags
-from deepreduce_tf.benchmark import report
-from deepreduce_tf.benchmark.runner import CHILD_BOOTSTRAP
-
-Preset = collections.namedtuple("Preset", ["name", "description", "args"])
-Preset.__doc__ = """A configuration of --compare: args are its flags (None: the command line's)."""
-
-_TOPK = ("--exchange=deepreduce", "--compressor=topk", "--compress_ratio=0.01",
-         "--topk_scope=variable", "--memory=residual")
-PRESETS = collections.OrderedDict((p.name, p) for p in (
-    Preset("uncompressed", "dense gradients through TensorFlow's own all-reduce (the "
-           "strategy's default cross-device ops): the baseline", ("--exchange=tf",)),
-    Preset("topk", "top-k 1 % per variable + residual error feedback; raw int32 indices, "
-           "float32 values", _TOPK + ("--deepreduce=none",)),
-    Preset("golomb_qsgd", "recommended without momentum SGD: top-k 1 % per variable + residual error feedback, "
-           "golomb indices (lossless), QSGD 7-bit values",
-           _TOPK + ("--deepreduce=both", "--index=golomb", "--value=qsgd", "--bits=7")),
-    Preset("golomb_qsgd_dgc", "recommended with momentum SGD: golomb_qsgd with DGC's recipe (docs/compressor.md): momentum "
-           "correction and factor masking (the optimizer's momentum moves into the "
-           "compressor: momentum-SGD models only) and a 60-step exponential warm-up of the "
-           "top-k density from 25 %",
-           _TOPK[:-1] + ("--memory=dgc", "--warmup_steps=60", "--warmup=exponential",
-                         "--deepreduce=both", "--index=golomb", "--value=qsgd", "--bits=7")),
-    Preset("bloom_polyfit", "DeepReduce's paper setting: top-k 1 % + residual, Bloom filter "
-           "indices (fpr 0.001, conflict_sets policy) + polyfit values",
-           _TOPK + ("--deepreduce=both", "--index=bloom", "--fpr=0.001",
-                    "--policy=conflict_sets", "--value=polyfit")),
-    Preset("lgc_ps", "Learned Gradient Compression, parameter-server variant (docs/lgc.md): "
-           "top-k 1 % + residual, golomb positions of the leader, fp16 values and latents; "
-           "100 warm-up and 200 autoencoder-training exchanges, then compressed",
-           _TOPK + ("--communicator=lgc_ps", "--deepreduce=both", "--index=golomb",
-                    "--value=fp16", "--lgc_warmup_steps=100", "--lgc_train_steps=200")),
-    Preset("lgc_rar", "Learned Gradient Compression, ring-allreduce variant: as lgc_ps, "
-           "the latents summed by an all-reduce through a linear autoencoder",
-           _TOPK + ("--communicator=lgc_rar", "--deepreduce=both", "--index=golomb",
-                    "--value=fp16", "--lgc_warmup_steps=100", "--lgc_train_steps=200")),
-    Preset("flags", "the configuration of this command line's compression flags "
-           "(--compressor, --index, --value, ...)", None),
-))
-# The recommended configuration: with momentum SGD (the ResNets) DGC's recipe,
-# which keeps the dense accuracy at 60x fewer bytes (docs/benchmarks.md); with
-# other optimizers (ncf's Adam) momentum correction does not apply.
-RECOMMENDED = "golomb_qsgd_dgc"
-RECOMMENDED_WITHOUT_MOMENTUM = "golomb_qsgd"
-
-
-def default_presets(optimizer):
-    """The comparison deepreduce-bench runs without flags: uncompressed against
-    the recommended configuration for this optimizer."""
-    return ("uncompressed",
-            RECOMMENDED if optimizer == "momentum" else RECOMMENDED_WITHOUT_MOMENTUM)
-
+from deepreduce_bench import flags as bench_flags
+from deepreduce_bench import report
+from deepreduce_bench.presets import PRESETS
+from deepreduce_bench.runner import CHILD_BOOTSTRAP
 
 # Flags the parent sets for every child itself (or that only the parent reads).
 _PARENT_FLAGS = ("compare", "output_json", "train_dir", "plot", "plot_compare", "fetch_data",
@@ -89,11 +40,6 @@ _PARENT_FLAGS = ("compare", "output_json", "train_dir", "plot", "plot_compare", 
 
 class CompareError(RuntimeError):
     """A configuration of the comparison failed (the message holds its log tail)."""
-
-
-def names_text():
-    """The preset names, comma-separated (for messages)."""
-    return ", ".join(PRESETS)
 
 
 def preset_args(name, fv):

@@ -9,10 +9,10 @@ import sys
 
 import pytest
 
-from deepreduce_tf import data
+from deepreduce_bench import data
 from test_data import no_installed_data, serve, write_fake_dataset  # noqa: F401 (fixture)
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(REPO, "build_deps", "get_fashion_mnist.py")
 
 

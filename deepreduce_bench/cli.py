@@ -27,8 +27,9 @@ from absl import app
 from absl import flags as absl_flags
 from absl import logging as absl_logging
 
-from deepreduce_tf.benchmark import flags as bench_flags
-from deepreduce_tf.benchmark import report
+import deepreduce_tf
+from deepreduce_bench import compare, data, movielens, report, runner
+from deepreduce_bench import flags as bench_flags
 
 FLAGS = absl_flags.FLAGS
 HELP_ARGS = ("-h", "-?", "--help", "-help", "--helpshort", "-helpshort", "--helpfull",
@@ -225,8 +226,6 @@ BENCH_USAGE = ("usage: deepreduce-bench [--flag=value ...]\n\n"
 
 
 def _fetch(data_dir):
-    from deepreduce_tf import data, movielens
-
     try:
         found = data.fetch_all(data_dir, stream=sys.stderr)
     except movielens.MovieLensError as e:
@@ -244,10 +243,6 @@ def _bench(argv):
         found = _fetch(FLAGS.data_dir)
         if _only_fetch(FLAGS):
             return 0 if all(found.values()) else 1
-    import deepreduce_tf
-
-    from deepreduce_tf.benchmark import runner
-
     try:
         config = bench_flags.resolve(FLAGS)
         if config.compare or config.num_workers > 1:
@@ -298,8 +293,6 @@ def _bench(argv):
 
 def _compare(config):
     """--compare (or the default comparison): one process per configuration."""
-    from deepreduce_tf.benchmark import compare
-
     try:
         compare.run_comparison(config, FLAGS)
     except compare.CompareError as e:
@@ -319,7 +312,7 @@ def _plot(paths, out):
 
 
 def main(argv=None):
-    """deepreduce-bench: absl app over the flags of deepreduce_tf.benchmark.flags.
+    """deepreduce-bench: absl app over the flags of deepreduce_bench.flags.
 
     --help / -h / --helpshort / --helpfull print this command's flags and exit 0.
     Otherwise the flags that need no TensorFlow are checked before TensorFlow is

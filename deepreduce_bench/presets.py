@@ -1,0 +1,63 @@
+"""The presets of --compare: every configuration a comparison can name, declared once.
+
+    deepreduce-bench --compare=uncompressed,topk,golomb_qsgd,bloom_polyfit
+
+A preset is a name, a one-line description and the compression flags it
+stands for ('flags' stands for the compression flags of the command line).
+flags.py checks --compare against PRESETS and picks default_presets(); compare.py
+runs them. Plain data: this module imports nothing of deepreduce-bench.
+"""
+import collections
+
+Preset = collections.namedtuple("Preset", ["name", "description", "args"])
+Preset.__doc__ = """A configuration of --compare: args are its flags (None: the command line's)."""
+
+_TOPK = ("--exchange=deepreduce", "--compressor=topk", "--compress_ratio=0.01",
+         "--topk_scope=variable", "--memory=residual")
+PRESETS = collections.OrderedDict((p.name, p) for p in (
+    Preset("uncompressed", "dense gradients through TensorFlow's own all-reduce (the "
+           "strategy's default cross-device ops): the baseline", ("--exchange=tf",)),
+    Preset("topk", "top-k 1 % per variable + residual error feedback; raw int32 indices, "
+           "float32 values", _TOPK + ("--deepreduce=none",)),
+    Preset("golomb_qsgd", "recommended without momentum SGD: top-k 1 % per variable + residual error feedback, "
+           "golomb indices (lossless), QSGD 7-bit values",
+           _TOPK + ("--deepreduce=both", "--index=golomb", "--value=qsgd", "--bits=7")),
+    Preset("golomb_qsgd_dgc", "recommended with momentum SGD: golomb_qsgd with DGC's recipe (docs/compressor.md): momentum "
+           "correction and factor masking (the optimizer's momentum moves into the "
+           "compressor: momentum-SGD models only) and a 60-step exponential warm-up of the "
+           "top-k density from 25 %",
+           _TOPK[:-1] + ("--memory=dgc", "--warmup_steps=60", "--warmup=exponential",
+                         "--deepreduce=both", "--index=golomb", "--value=qsgd", "--bits=7")),
+    Preset("bloom_polyfit", "DeepReduce's paper setting: top-k 1 % + residual, Bloom filter "
+           "indices (fpr 0.001, conflict_sets policy) + polyfit values",
+           _TOPK + ("--deepreduce=both", "--index=bloom", "--fpr=0.001",
+                    "--policy=conflict_sets", "--value=polyfit")),
+    Preset("lgc_ps", "Learned Gradient Compression, parameter-server variant (docs/lgc.md): "
+           "top-k 1 % + residual, golomb positions of the leader, fp16 values and latents; "
+           "100 warm-up and 200 autoencoder-training exchanges, then compressed",
+           _TOPK + ("--communicator=lgc_ps", "--deepreduce=both", "--index=golomb",
+                    "--value=fp16", "--lgc_warmup_steps=100", "--lgc_train_steps=200")),
+    Preset("lgc_rar", "Learned Gradient Compression, ring-allreduce variant: as lgc_ps, "
+           "the latents summed by an all-reduce through a linear autoencoder",
+           _TOPK + ("--communicator=lgc_rar", "--deepreduce=both", "--index=golomb",
+                    "--value=fp16", "--lgc_warmup_steps=100", "--lgc_train_steps=200")),
+    Preset("flags", "the configuration of this command line's compression flags "
+           "(--compressor, --index, --value, ...)", None),
+))
+# The recommended configuration: with momentum SGD (the ResNets) DGC's recipe,
+# which keeps the dense accuracy at 60x fewer bytes (docs/benchmarks.md); with
+# other optimizers (ncf's Adam) momentum correction does not apply.
+RECOMMENDED = "golomb_qsgd_dgc"
+RECOMMENDED_WITHOUT_MOMENTUM = "golomb_qsgd"
+
+
+def default_presets(optimizer):
+    """The comparison deepreduce-bench runs without flags: uncompressed against
+    the recommended configuration for this optimizer."""
+    return ("uncompressed",
+            RECOMMENDED if optimizer == "momentum" else RECOMMENDED_WITHOUT_MOMENTUM)
+
+
+def names_text():
+    """The preset names, comma-separated (for messages)."""
+    return ", ".join(PRESETS)
