@@ -34,11 +34,21 @@ The script's other multi-worker modes are refused (docs/tf_cnn_benchmarks.md
 says why), as is any DeepReduce flag without --variable_update=deepreduce.
 """
 import importlib.util
+import inspect
 import os
 import sys
 import types
 
+from absl import app
+from absl import flags as absl_flags
+
 from deepreduce_tf import flags as dr_flags
+
+# TensorFlow, and the modules of this library that import it, are imported
+# inside the functions below, never here: the script needs
+# TF_USE_LEGACY_KERAS=1 set before TensorFlow starts (_prepare_environment),
+# and the script's own modules are importable only once the user's checkout
+# is on sys.path.
 
 USAGE = ("usage: deepreduce-tf-cnn-benchmarks --benchmarks_dir=PATH <tf_cnn_benchmarks flags> "
          "--variable_update=deepreduce [DeepReduce flags]; PATH: a checkout of "
@@ -313,8 +323,6 @@ class Adapter:
 
 
 def _signature(fn):
-    import inspect
-
     return inspect.signature(fn)
 
 
@@ -346,9 +354,6 @@ def main(argv=None):
         print(f"deepreduce-tf-cnn-benchmarks: {e}", file=sys.stderr)
         return 2
     sys.path.insert(0, script_dir)
-
-    from absl import app
-    from absl import flags as absl_flags
 
     adapter = Adapter(absl_flags.FLAGS)
     adapter.extend_flags()
