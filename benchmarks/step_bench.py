@@ -82,6 +82,10 @@ CONFIGS = {
     "polyfit": dict(_TOPK, deepreduce="value", value="polyfit"),
     "both": dict(_TOPK, deepreduce="both", index="bloom", policy="p0", value="polyfit"),
     "golomb_qsgd7": dict(_TOPK, deepreduce="both", index="golomb", value="qsgd", bits=7),
+    # PowerSGD's factors, all-reduced (docs/powersgd.md)
+    "powersgd_r1": {"compressor": "powersgd", "rank": 1, "seed": 0},
+    "powersgd_r2": {"compressor": "powersgd", "rank": 2, "seed": 0},
+    "powersgd_r4": {"compressor": "powersgd", "rank": 4, "seed": 0},
 }
 MODELS = {
     # name -> (label, per-replica batch)

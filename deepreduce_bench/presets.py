@@ -41,6 +41,10 @@ PRESETS = collections.OrderedDict((p.name, p) for p in (
            "the latents summed by an all-reduce through a linear autoencoder",
            _TOPK + ("--communicator=lgc_rar", "--deepreduce=both", "--index=golomb",
                     "--value=fp16", "--lgc_warmup_steps=100", "--lgc_train_steps=200")),
+    Preset("powersgd", "PowerSGD (docs/powersgd.md): rank-2 factors P and Q of every "
+           "gradient matrix, all-reduced (bytes per worker flat in the number of workers), "
+           "error feedback, warm-started Q; vectors and small tensors all-reduced uncompressed",
+           ("--exchange=deepreduce", "--compressor=powersgd", "--rank=2")),
     Preset("flags", "the configuration of this command line's compression flags "
            "(--compressor, --index, --value, ...)", None),
 ))

@@ -7,6 +7,8 @@
              element by element by the collective, decoded once.
   lgc_ps     Learned Gradient Compression, parameter-server variant, and
   lgc_rar    its ring-all-reduce variant (deepreduce_tf.learned.lgc).
+  powersgd   low-rank factors P and Q, all-reduced (deepreduce_tf.exchange.powersgd;
+             from_params: {'compressor': 'powersgd', 'rank': r, ...}).
 
 The table below is the registry: a new communicator is one module (a
 subclass of deepreduce_tf.exchange.base.Communicator) and one entry here,
@@ -23,11 +25,12 @@ from deepreduce_tf._checks import guarded
 from deepreduce_tf.exchange.allgather import Allgather
 from deepreduce_tf.exchange.allreduce import Allreduce
 from deepreduce_tf.exchange.base import Communicator, Transfer
+from deepreduce_tf.exchange.powersgd import PowerSGD
 from deepreduce_tf.learned.lgc import LgcPS, LgcRAR
 from deepreduce_tf.transport import ordered_sum
 
 COMMUNICATORS = collections.OrderedDict(
-    (c.name, c) for c in (Allgather, Allreduce, LgcPS, LgcRAR))
+    (c.name, c) for c in (Allgather, Allreduce, LgcPS, LgcRAR, PowerSGD))
 
 
 def register(cls):
@@ -98,4 +101,5 @@ def exchange_locally(exchanges, tensors, name=None, average=False):
 
 
 __all__ = ["COMMUNICATORS", "Allgather", "Allreduce", "Communicator", "LgcPS", "LgcRAR",
+           "PowerSGD",
            "Transfer", "exchange_locally", "make_communicator", "param_keys", "register"]

@@ -45,6 +45,8 @@ class _LazyModule:
 
 
 dr_params = _LazyModule("deepreduce_tf.params")
+# deepreduce_tf.params.LOW_RANK (spelt here: reading it would import TensorFlow)
+LOW_RANK = "powersgd"
 codec_base = _LazyModule("deepreduce_tf.codecs.base")
 
 # Compression flags that are not codec parameters, and the from_params Params
@@ -154,7 +156,9 @@ def define_flags(flag_values=flags.FLAGS, codecs=True):
 def _define_general_flags(fv):
     """The compression flags of _define_codec_flags' complement (no TensorFlow)."""
     flags.DEFINE_string("compressor", "topk",
-                        "Sparsifier: topk | randomk | threshold | none (GRACE's 'compressor').",
+                        "Sparsifier: topk | randomk | threshold | none (GRACE's 'compressor'); "
+                        "powersgd: low-rank factors that all-reduce (--rank, --start_iter, "
+                        "--min_compression_rate, --warm_start; docs/powersgd.md).",
                         flag_values=fv)
     flags.DEFINE_float("compress_ratio", 0.01,
                        "Fraction of elements kept by topk / randomk, in (0, 1].", flag_values=fv)
@@ -226,7 +230,8 @@ def compression_params(fv=flags.FLAGS):
     """
     compressor = fv.compressor
     mode = fv.deepreduce
-    if compressor == "none" and not _present(fv, "deepreduce"):
+    low_rank = compressor == LOW_RANK
+    if (compressor == "none" or low_rank) and not _present(fv, "deepreduce"):
         mode = "none"
     mode = None if mode in (None, "none", "None", "") else mode
     p = {"compressor": compressor}
@@ -239,7 +244,8 @@ def compression_params(fv=flags.FLAGS):
             p[key] = fv[key].value
     if fv.memory == "dgc" and "momentum" in fv:  # the host command's optimizer
         p["momentum"] = fv.momentum  # momentum, applied by the compressor
-    p["communicator"] = fv.communicator
+    if not (low_rank and not _present(fv, "communicator")):  # powersgd: its own communicator
+        p["communicator"] = fv.communicator
     p["deepreduce"] = mode
     chosen = []
     for kind in codec_base.KINDS:

@@ -101,6 +101,32 @@ TOPK_SKIP_ZEROS = codecs.Param(
     help="topk: never select a zero (k = min(ceil(ratio * n), non-zeros))")
 
 
+LOW_RANK = "powersgd"
+
+
+def _low_rank(p, mode, sparsifier_name):
+    """{'compressor': 'powersgd', ...} (or communicator 'powersgd'): the
+    PowerSGD communicator over whole gradients with error feedback; GRACE's
+    spelling (memory 'powersgd', communicator 'allreduce', compress_rank)
+    means the same. Rewrites p in place; returns the sparsifier ('none')."""
+    if sparsifier_name not in (LOW_RANK, "none"):
+        raise ValueError(f"communicator 'powersgd' compresses whole gradients into low-rank "
+                         f"factors; it cannot follow compressor {sparsifier_name!r}: use "
+                         "compressor='powersgd'")
+    if mode is not None:
+        raise ValueError(f"compressor 'powersgd' sends its factors as float32 values, without "
+                         f"index or value codecs: leave deepreduce unset (got {mode!r})")
+    comm = p.get("communicator", LOW_RANK)
+    if comm not in (LOW_RANK, "allreduce"):
+        raise ValueError(f"compressor 'powersgd' all-reduces its factors: communicator must be "
+                         f"'powersgd' (or GRACE's 'allreduce'), got {comm!r}")
+    p["communicator"] = LOW_RANK
+    if p.get("memory", LOW_RANK) == LOW_RANK:  # GRACE's PowerSGD memory: error feedback
+        p["memory"] = "residual"
+    p.setdefault("min_size", 0)  # PowerSGD's own rule decides what is compressed
+    return "none"
+
+
 def _finite(value):
     if not math.isfinite(float(value)):
         raise ValueError(f"bucket_cap_mb must be a finite number > 0 (MiB), got {value!r}")
@@ -121,7 +147,9 @@ def keys():
 
 def key_aliases():
     """{other spelling: key}: the original code's names of from_params keys."""
-    return {**GENERAL_KEY_ALIASES, **codecs.REGISTRY.param_aliases()}
+    communicator_aliases = {alias: param.key for c in communicators.COMMUNICATORS.values()
+                            for param in getattr(c, "PARAMS", ()) for alias in param.aliases}
+    return {**GENERAL_KEY_ALIASES, **codecs.REGISTRY.param_aliases(), **communicator_aliases}
 
 
 def codec_aliases():
@@ -236,6 +264,8 @@ def from_params(params, variable_factory=None, communicator=None):
         mode = None
     _choice("deepreduce", mode, DEEPREDUCE_MODES)
     sparsifier_name = get("compressor", "topk" if mode else "none")
+    if sparsifier_name == LOW_RANK or p.get("communicator") == LOW_RANK:
+        sparsifier_name = _low_rank(p, mode, sparsifier_name)
     sparsifier_key = sparsifiers.SPARSIFIER_ALIASES.get(sparsifier_name, sparsifier_name)
     _choice("compressor", sparsifier_key, tuple(sparsifiers.SPARSIFIERS))
     for param in (TOPK_SCOPE, BUCKET_CAP_MB, TOPK_SKIP_ZEROS):

@@ -107,7 +107,8 @@ def test_views_read_like_the_original_tables():
         assert key in params.KEYS
     assert params.KEY_ALIASES == {"bloom_fpr": "fpr", "bloom_policy": "policy",
                                   "threshold_val": "threshold", "buckets_num": "bucket_size",
-                                  "degree": "poly_degree", "levels": "quantum_num"}
+                                  "degree": "poly_degree", "levels": "quantum_num",
+                                 "compress_rank": "rank"}
 
 
 def test_attributes_kept():

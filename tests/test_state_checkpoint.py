@@ -77,15 +77,19 @@ def _assert_same(a, b):
         np.testing.assert_array_equal(u, v)
 
 
-def test_checkpoint_built_before_training_resumes_bit_for_bit(tmp_path):
-    ops, model, opt, run = _setup()
+POWERSGD = {"compressor": "powersgd", "rank": 2, "start_iter": 1}
+
+
+@pytest.mark.parametrize("params", [PARAMS, POWERSGD], ids=["golomb_qsgd", "powersgd"])
+def test_checkpoint_built_before_training_resumes_bit_for_bit(tmp_path, params):
+    ops, model, opt, run = _setup(params)
     run(0, 4)
     want = _weights(model)
     want_state = ops.state.values()
     assert any(k.endswith("residuals|" + k.rsplit("|", 1)[-1]) for k in want_state)
 
     # Interrupted: 2 steps, saved by a checkpoint made before training ...
-    ops1, model1, opt1, run1 = _setup()
+    ops1, model1, opt1, run1 = _setup(params)
     ckpt = tf.train.Checkpoint(model=model1, optimizer=opt1, deepreduce=ops1.state)
     assert ops1.compressors == []  # nothing exists yet: the state is created by the step
     run1(0, 2)
@@ -95,7 +99,7 @@ def test_checkpoint_built_before_training_resumes_bit_for_bit(tmp_path):
         np.abs(ops1.state.values()[k]).sum() > 0 for k in residual_names)
 
     # ... and resumed in fresh objects: restore BEFORE the first step.
-    ops2, model2, opt2, run2 = _setup()
+    ops2, model2, opt2, run2 = _setup(params)
     tf.train.Checkpoint(model=model2, optimizer=opt2, deepreduce=ops2.state).restore(
         path).assert_existing_objects_matched()
     run2(2, 2)
@@ -108,7 +112,7 @@ def test_checkpoint_built_before_training_resumes_bit_for_bit(tmp_path):
 
     # Control: the same resume without the DeepReduce state is NOT the same
     # run (the residuals carry half of what top-k held back).
-    ops3, model3, opt3, run3 = _setup()
+    ops3, model3, opt3, run3 = _setup(params)
     tf.train.Checkpoint(model=model3, optimizer=opt3).restore(path).expect_partial()
     run3(2, 2)
     assert any(not np.array_equal(a, b) for a, b in zip(_weights(model3), want))

@@ -194,6 +194,18 @@ class Communicator(abc.ABC):
                   for j, key in enumerate(slice_keys)]
         return dense, slices
 
+    @staticmethod
+    def _branch(transport, fn):
+        """fn() inside a tf.cond branch: the transport's effects made there
+        stay inside (the branch's outputs depend on them)."""
+        mark = len(transport.effects)
+        out = fn()
+        new = transport.effects[mark:]
+        del transport.effects[mark:]
+        if not new:
+            return out
+        return tf.nest.map_structure(lambda t: guarded(t, *new), out)
+
     # ------------------------------------------------------- accounting
     @staticmethod
     def gathered(received, sent):

@@ -437,18 +437,6 @@ class _Lgc(Communicator):
 
         return tf.cond(tf.logical_and(training, finite), train, lambda: tf.constant(0.0))
 
-    @staticmethod
-    def _branch(transport, fn):
-        """fn() inside a tf.cond branch: the transport's effects made there
-        stay inside (the branch's outputs depend on them)."""
-        mark = len(transport.effects)
-        out = fn()
-        new = transport.effects[mark:]
-        del transport.effects[mark:]
-        if not new:
-            return out
-        return tf.nest.map_structure(lambda t: guarded(t, *new), out)
-
 
 class LgcPS(_Lgc):
     """LGC, parameter-server variant (see the module docstring)."""
