@@ -5,7 +5,8 @@
 #   3. a clean venv with only tensorflow-cpu (pinned in
 #      build_deps/requirements.txt) and that wheel; outside the repository it
 #      imports deepreduce_tf, prints build_info() and round-trips a Bloom filter,
-#   4. bazel test //:op_tests (tests/test_*.py against the Bazel-built library),
+#   4. bazel test //:op_tests (tests/ops/test_*.py against the Bazel-built
+#      library),
 # then shuts the Bazel server down. Exits non-zero on the first failure.
 #
 #   bash build_deps/bazel_ci.sh

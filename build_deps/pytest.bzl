@@ -8,7 +8,7 @@ def pytest_per_file(name, srcs, data, runner, size = "medium", tags = [], **kwar
 
     Args:
       name: name of the test_suite holding all the tests.
-      srcs: the pytest files, e.g. glob(["tests/test_*.py"]).
+      srcs: the pytest files, e.g. glob(["tests/ops/test_*.py"]).
       data: everything the tests need at run time (conftest, package, library).
       runner: the sh_test script.
       size: Bazel test size of each test ("medium": 5-minute timeout).

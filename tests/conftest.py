@@ -1,6 +1,25 @@
 """Shared fixtures. Run with the venv's `pytest` (not `python -m pytest`): the
 tests must import the *installed* deepreduce_tf, which holds the compiled op
-library, not the source tree, which does not."""
+library, not the source tree, which does not.
+
+tests/ mirrors the package's layers, one folder each:
+  ops/           the op wrappers, loader and kernels (CPU, CUDA, fuzz corpus)
+  codecs/        the codec table and registry (deepreduce_tf/codecs, ops/codec_table.py)
+  compressor/    the stateless Compressor and its parts: sparsifiers, fusion,
+                 the dense fallback for what a value codec cannot carry
+  exchange/      the step around it: communicators (allgather, allreduce, lgc),
+                 transport frames, from_params, memory and DGC's recipe, state
+                 and checkpoints (+ state_worker.py)
+  integrations/  adapters to other systems: distribute (+ distribute_worker.py),
+                 the cross-device ops, federated (+ federated_app/),
+                 tf_cnn_benchmarks (+ tf1_collective_worker.py)
+  bench/         the deepreduce_bench harness, its data sets and benchmarks/
+Here: this conftest, the numpy references (*_reference.py, shared by several
+layers; pytest puts this folder on sys.path for this conftest, so every test
+imports them by name), the project-level checks (test_readme.py: the README's
+commands; test_setup_state.py: build_deps/dev.sh), and the standalone C++ and
+CUDA tests (cpp/, cuda/), data/ and fuzz_corpus/. Test file names are unique
+across folders (no __init__.py: pytest imports each file by its basename)."""
 import os
 
 import numpy as np
@@ -9,7 +28,7 @@ import tensorflow as tf
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# Two logical CPU devices, for MirroredStrategy tests (tests/test_distribute.py).
+# Two logical CPU devices, for MirroredStrategy tests (tests/integrations/test_distribute.py).
 # Must happen before the TensorFlow runtime starts; other tests use CPU:0.
 _cpus = tf.config.list_physical_devices("CPU")
 tf.config.set_logical_device_configuration(

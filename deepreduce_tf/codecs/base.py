@@ -721,7 +721,7 @@ def markdown_table(registry=None):
     """docs/codecs.md: the codecs and their parameters, from the registry.
 
     The committed file must equal this function's output
-    (tests/test_codec_registry.py); regenerate it with REGENERATE_DOCS.
+    (tests/codecs/test_codec_registry.py); regenerate it with REGENERATE_DOCS.
     """
     registry = registry or REGISTRY
     out = ["# Codecs", "",

@@ -22,7 +22,7 @@ else derives from it:
 A mismatch cannot build or load: setup.py refuses to compile when the
 committed header differs from header_text(), and the op loader refuses a
 library whose compiled table differs from this one (a stale build, a
-hand-edited header); tests/test_codec_table.py checks both.
+hand-edited header); tests/codecs/test_codec_table.py checks both.
 
 Wire ids are part of the payload format: unique per kind, never reused, never
 renumbered. Pure data and the standard library only: setup.py and
@@ -179,8 +179,8 @@ def header_text():
     """kernels/common/codec_table.h, generated from the table."""
     guard = "DEEPREDUCE_KERNELS_COMMON_CODEC_TABLE_H_"
     out = [f"// Generated from deepreduce_tf/ops/codec_table.py by `{REGENERATE_HEADER}`;",
-           "// do not edit by hand (setup.py and tests/test_codec_table.py check that it",
-           "// matches the table, and the op loader checks the compiled library).",
+           "// do not edit by hand (setup.py and tests/codecs/test_codec_table.py check",
+           "// that it matches the table, and the op loader checks the compiled library).",
            "//",
            "// The codec table as X-macros: X(name, Camel, wire_id, kernels), in wire-id",
            "// order. name is the codec's canonical name, Camel the same in CamelCase",

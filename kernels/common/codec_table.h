@@ -1,6 +1,6 @@
 // Generated from deepreduce_tf/ops/codec_table.py by `python deepreduce_tf/ops/codec_table.py > kernels/common/codec_table.h`;
-// do not edit by hand (setup.py and tests/test_codec_table.py check that it
-// matches the table, and the op loader checks the compiled library).
+// do not edit by hand (setup.py and tests/codecs/test_codec_table.py check
+// that it matches the table, and the op loader checks the compiled library).
 //
 // The codec table as X-macros: X(name, Camel, wire_id, kernels), in wire-id
 // order. name is the codec's canonical name, Camel the same in CamelCase

@@ -19,7 +19,7 @@ from deepreduce_tf.codecs import value as vc
 from deepreduce_tf.ops import payload as payload_ops
 from deepreduce_tf.ops import value as value_ops
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), os.pardir, os.pardir))
 DOCS = os.path.join(REPO_ROOT, "docs", "codecs.md")
 
 # The payload format's codec ids: permanent (a codec added to the codec

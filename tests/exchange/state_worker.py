@@ -1,5 +1,5 @@
 """Keras training with DeepReduce under MirroredStrategy (2 logical CPUs),
-killed and resumed, for tests/test_state_checkpoint.py.
+killed and resumed, for tests/exchange/test_state_checkpoint.py.
 
     python state_worker.py SPEC_JSON
 

@@ -1,7 +1,8 @@
-"""One worker of tests/test_tf_cnn_benchmarks.py's TF1 multi-worker test: the
-way tf_cnn_benchmarks' collective mode runs (a tf.train.Server per worker, each
-worker building the same graph, a Session with a collective graph key), with
-DeepReduceCrossDeviceOps.reduce_tensors over a GraphCollectiveLauncher.
+"""One worker of tests/integrations/test_tf_cnn_benchmarks.py's TF1
+multi-worker test: the way tf_cnn_benchmarks' collective mode runs (a
+tf.train.Server per worker, each worker building the same graph, a Session
+with a collective graph key), with DeepReduceCrossDeviceOps.reduce_tensors
+over a GraphCollectiveLauncher.
 
     python tf1_collective_worker.py TASK PORT0,PORT1 PARAMS_JSON STEPS OUT.npz
 

@@ -341,7 +341,7 @@ def _run_all(cmds, cwd, timeout):
 
 
 def _two_workers(tmp_path, params, steps=3):
-    """tests/tf1_collective_worker.py in two processes; their npz results."""
+    """tests/integrations/tf1_collective_worker.py in two processes; their npz results."""
     import json
 
     worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tf1_collective_worker.py")

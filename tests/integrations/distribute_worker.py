@@ -1,4 +1,5 @@
-"""One worker of a MultiWorkerMirroredStrategy job, for tests/test_distribute.py.
+"""One worker of a MultiWorkerMirroredStrategy job, for
+tests/integrations/test_distribute.py.
 
     python distribute_worker.py SPEC_JSON
 

@@ -19,7 +19,7 @@ from deepreduce_tf.ops import value as value_ops
 
 from test_codec_registry import HISTORIC_ALIASES, HISTORIC_IDS
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), os.pardir, os.pardir))
 
 
 def test_the_table_holds_the_historic_ids_and_aliases():

@@ -1,7 +1,8 @@
 """CollectiveTransport's fixed-capacity frames (one collective per exchange in
 the steady state, a second for overflow), against a launcher that records
 every collective. Group of one worker (the gather returns its input); the
-multi-worker runs of tests/test_distribute.py exercise the real collectives."""
+multi-worker runs of tests/integrations/test_distribute.py exercise the real
+collectives."""
 import numpy as np
 import pytest
 import tensorflow as tf
