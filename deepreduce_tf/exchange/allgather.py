@@ -34,7 +34,7 @@ class Allgather(Communicator):
         with tf.device(transport.reduce_device):
             # Decoding needs the configuration only, no state.
             sums = exchanges[0].decompress_batch_sum(received, ctx)
-        got = self.gathered(received, payloads)
+            got = self.gathered(received, payloads)
         return Transfer(sums, [e[2] for e in encoded], [e[3] for e in encoded],
                         [[(key, g)] for g in got])
 
