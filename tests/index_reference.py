@@ -149,7 +149,7 @@ def encode_golomb(idx, n, block_size=None):
 def encode(codec, idx, n, block_size=None):
     if codec == "golomb":
         return encode_golomb(idx, n, block_size)
-    return {"int32": encode_int32, "bitmap": encode_bitmap, "rle": encode_rle}[codec](idx, n)
+    return globals()[f"encode_{codec}"](idx, n)  # a codec's reference: encode_<name>
 
 
 def log2_binomial(n, k):

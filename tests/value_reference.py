@@ -19,6 +19,24 @@ def parse_header(payload):
     return dict(magic=magic, codec=codec, version=version, flags=flags, k=k)
 
 
+def header(codec, k):
+    return HEADER.pack(MAGIC, CODEC_IDS[codec], 1, 0, k)
+
+
+# The payload of a codec whose ops take no parameters: <name>_encode_reference.
+
+def fp16_encode_reference(values):
+    """Finite values: IEEE half, round to nearest even (numpy's cast)."""
+    return header("fp16", len(values)) + np.asarray(values, np.float32).astype("<f2").tobytes()
+
+
+def bf16_encode_reference(values):
+    """Finite values: bfloat16, round to nearest even on the float32 bits."""
+    bits = np.asarray(values, np.float32).view(np.uint32).astype(np.uint64)
+    half = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype("<u2")
+    return header("bf16", len(values)) + half.tobytes()
+
+
 def sort_desc(values):
     """Descending signed order, ties by input position (the kernels' order)."""
     values = np.asarray(values, np.float32)

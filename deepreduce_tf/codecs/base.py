@@ -685,33 +685,58 @@ def _yes(flag):
 ADDING_A_CODEC = [
     "## Adding a codec", "",
     "What a new codec touches (`<name>`: its table name, `<Camel>`: the same in "
-    "CamelCase). A codec written in Python alone: steps 1, 2 and a test, 3 files. A codec "
-    "with kernels: all five steps; step 3 is its format header plus the op family's "
-    "registration and kernel files, so 8 files for an index codec (9 for a value codec, "
-    "whose op wrapper dispatches by name).", "",
+    "CamelCase): four files for an index or value codec with kernels whose ops follow its "
+    "family's convention (step 3), plus the files regenerated from them; three for a codec "
+    "written in Python alone (steps 1, 2 and 4).", "",
     "1. `deepreduce_tf/ops/codec_table.py`: its row: name, the next free wire id of its kind, "
-    "aliases, `kernels` (the op family, or None for a codec written in Python alone) and, "
-    "for a value codec, `wire_dtype` (None unless its values can be summed). Then "
-    "regenerate the two derived files, `python deepreduce_tf/ops/codec_table.py > "
-    "kernels/common/codec_table.h` and `python -m deepreduce_tf.codecs > docs/codecs.md` "
-    "(setup.py refuses to build a stale header; the op loader refuses a library compiled "
-    "with another table).",
-    "2. `deepreduce_tf/codecs/index.py` or `value.py`: the class, decorated with "
-    "`@register(\"<name>\", params=(...), summary=...)`; it takes its wire id and aliases "
-    "from the row. A codec with kernels subclasses `_OpIndex` / `_OpValue`.",
-    "3. The kernels (`kernels=\"index\"` or `\"value\"` only): the format, a TF-free "
-    "encoder and `core::` decoder in `kernels/<family>/<name>.h` (kCodec<Camel> and "
-    "CodecName() come from the table), and its ops in the family's files: REGISTER_OP "
-    "`DeepReduce>IndexEncode<Camel>` / `IndexDecode<Camel>` in `kernels/ops/index_ops.cc` "
-    "(deepreduce_tf.ops.index finds them by name), the OpKernels in "
-    "`kernels/<family>/<family>_kernels.h/.cc`; a value codec also adds its op call to "
-    "`deepreduce_tf/ops/value.py`.",
-    "4. `kernels/fuzz/decoders_fuzzer.cpp` (codecs with kernels): `Fuzz<Camel>()`; the "
-    "harness does not build without it. Its target, build_deps/fuzz.sh's list and the "
-    "corpus tests follow the table; `tests/fuzz_corpus/make_corpus.py` writes its seeds.",
-    "5. `tests/index_reference.py` or `tests/value_reference.py`: the numpy reference. "
-    "tests/ops/test_index_codecs.py, the registry tests (round trip through from_params) "
-    "and the fuzz-corpus tests are parameterized over the table.", "",
+    "aliases, `kernels` (the op family, or None for a codec written in Python alone), `gpu` "
+    "(True only for a codec with CUDA kernels) and, for a value codec, `wire_dtype` (None "
+    "unless its values can be summed). Then regenerate: `python "
+    "deepreduce_tf/ops/codec_table.py --write` (kernels/common/codec_table.h and the "
+    "families' includes kernels/index/index_codecs.h, kernels/value/value_codecs.h), `python "
+    "-m deepreduce_tf.codecs > docs/codecs.md` and, once built, `python "
+    "tests/fuzz_corpus/make_corpus.py` (its fuzz seeds, tests/fuzz_corpus/<name>/). setup.py "
+    "refuses to build a stale generated header; the op loader refuses a library compiled "
+    "with another table.",
+    "2. `deepreduce_tf/codecs/index.py` or `deepreduce_tf/codecs/value.py`: the class, "
+    "decorated with `@register(\"<name>\", params=(...), summary=...)`; it takes its wire id "
+    "and aliases from the row. A codec with kernels subclasses `_OpIndex` / `_OpValue`, "
+    "which call its ops by its name.",
+    "3. `kernels/index/<name>.h` or `kernels/value/<name>.h` (`kernels=\"index\"` or "
+    "`\"value\"`): the format and `struct Codec` in namespace `deepreduce::index::<name>` / "
+    "`deepreduce::value::<name>`, derived from the family's `CodecDefaults` "
+    "(kernels/index/index_format.h, kernels/value/value_format.h, which specify it): the "
+    "TF-free host functions BodyBytes, EncodeBody, CheckBody (before anything is "
+    "allocated) and DecodeBody (an index codec may give StaticPayloadBytes; a value codec "
+    "says kCanonical). The rest follows the table: its ops `DeepReduce>IndexEncode<Camel>` / "
+    "`IndexDecode<Camel>` (kernels/ops/index_ops.cc) or `DeepReduce><Camel>Encode` / "
+    "`<Camel>Decode` (kernels/ops/value_ops.cc, no attributes), their CPU OpKernels (the "
+    "family's generic kernels over the struct; index: for int32 and int64 indices), the "
+    "wrappers deepreduce_tf.ops.index and .value (by name), the decoder fuzz target "
+    "`<name>` (kernels/fuzz/decoders_fuzzer.cpp's generic target: allocation bound, decode, "
+    "an accepted payload re-encodes to its own bytes) and the tests.",
+    "4. `tests/index_reference.py` (`encode_<name>(idx, n)` and its CODEC_IDS entry) or "
+    "`tests/value_reference.py` (`<name>_encode_reference(values)` and its CODEC_IDS "
+    "entry): the numpy reference. tests/ops/test_codec_files.py checks every row of the "
+    "table for its ops, kernels (GPU ones exactly when `gpu=True`), fuzz target, seeds, "
+    "header and reference; tests/ops/test_index_codecs.py, tests/ops/test_value_codecs.py, "
+    "the registry tests (round trip through from_params) and the fuzz-corpus tests are "
+    "parameterized over the table.", "",
+    "Beyond that convention a codec touches its family's shared files, as the built-in "
+    "ones do. An index codec whose encode op takes attributes (golomb's block_size) sets "
+    "`kOwnEncodeOp` in its struct, registers that op in `kernels/ops/index_ops.cc` and reads "
+    "the attributes in its own `EncodeOp` specialization in `kernels/index/index_kernels.h` "
+    "(6 files). An index codec with device kernels of its own (int32, bitmap, rle, golomb: "
+    "thread-pool and CUDA functors) specializes `EncodeOp` / `DecodeOp` for its struct in "
+    "`kernels/index/index_kernels.h`, writes its CPU functors in `index_kernels.cc` and "
+    "specializes `FuzzIndexCodec` in `kernels/fuzz/decoders_fuzzer.cpp`; with `gpu=True` "
+    "also its GPU functors in `index_kernels_gpu.cc`, `index_kernels.cu` and `index_gpu.h` "
+    "(the CPU and GPU registrations follow the table). A value codec with parameters, other "
+    "inputs or outputs, or GPU kernels (polyfit, dexp, qsgd, fp16, bf16, deflate) sets "
+    "`kOwnOps` and registers its ops in `kernels/ops/value_ops.cc` and its OpKernels in "
+    "`kernels/value/value_kernels.h` / `.cc` (GPU: `value_kernels_gpu.cc`, "
+    "`value_kernels.cu`, `value_gpu.h`), passes its parameters in "
+    "`deepreduce_tf/ops/value.py` and specializes `FuzzValueCodec`.", "",
     "A codec outside the table (a plugin, a test) passes `wire_id=` and `aliases=` to "
     "`register` and cannot take a table id.", "",
 ]

@@ -104,12 +104,17 @@ class RawIndex(IndexCodec):
 
 
 class _OpIndex(IndexCodec):
-    """A lossless codec of deepreduce_tf.index (self-describing payloads)."""
+    """A lossless codec of deepreduce_tf.index (self-describing payloads); its
+    ops are those of its registered name unless op_codec says otherwise."""
 
     op_codec = None
 
+    @property
+    def _op_codec(self):
+        return self.op_codec or self.name
+
     def encode(self, indices, n):
-        section = index_ops.encode(self.op_codec, indices, tf.constant(n, tf.int64),
+        section = index_ops.encode(self._op_codec, indices, tf.constant(n, tf.int64),
                                    **self._encode_kwargs())
         return IndexEncoding(section, indices, _zero_aux())
 
@@ -117,7 +122,7 @@ class _OpIndex(IndexCodec):
         return {}
 
     def decode(self, section, n, k, aux):
-        out = index_ops.decode(self.op_codec, section, out_idx=tf.int64)
+        out = index_ops.decode(self._op_codec, section, out_idx=tf.int64)
         # The section names its own universe; the receiver's tensor is n long.
         return guarded(out, check(
             tf.equal(tf.size(out, out_type=tf.int64), tf.cast(k, tf.int64)),

@@ -8,9 +8,15 @@ else derives from it:
   kernels/common/codec_table.h   the same rows as C++ X-macros, generated from
                                  this file and committed (regenerate:
                                  REGENERATE_HEADER); the kernels' codec ids
-                                 (kCodec*), their CodecName() and the fuzz
-                                 harness's targets expand them, and the op
-                                 library reports them in its BuildInfo;
+                                 (kCodec*), their CodecName(), the index and
+                                 value ops, their CPU and GPU kernel
+                                 registrations and the fuzz harness's targets
+                                 expand them, and the op library reports them
+                                 in its BuildInfo;
+  kernels/<family>/<family>_codecs.h
+                                 generated too: the header of every codec of
+                                 the family, kernels/<family>/<name>.h, whose
+                                 struct <name>::Codec the X-macros name;
   deepreduce_tf.codecs           register() takes a codec's wire id, aliases
                                  and summable from its row; the codec class
                                  declares the rest (parameters, properties);
@@ -19,8 +25,9 @@ else derives from it:
                                  in which dtype);
   build_deps/fuzz.sh, tests      the decoder fuzz targets (FUZZ_TARGETS).
 
-A mismatch cannot build or load: setup.py refuses to compile when the
-committed header differs from header_text(), and the op loader refuses a
+A mismatch cannot build or load: setup.py refuses to compile when a
+committed generated header differs from generated_files(), and the op loader
+refuses a
 library whose compiled table differs from this one (a stale build, a
 hand-edited header); tests/codecs/test_codec_table.py checks both.
 
@@ -42,19 +49,21 @@ KINDS = ("index", "value")
 # wire_dtype (value codecs): None if the codec's values cannot be summed
 # across workers, else the dtype the all-reduce sums them in ("gradient":
 # the gradient's own dtype).
+# gpu: the codec's ops also have CUDA kernels (a CUDA build registers them on
+# the GPU); False: CPU kernels only, wherever the op is placed.
 Codec = collections.namedtuple("Codec", ["kind", "name", "wire_id", "aliases", "kernels",
-                                         "wire_dtype"])
+                                         "wire_dtype", "gpu"])
 
 _KERNELS = {"index": (None, "index", "bloom"), "value": (None, "value")}
 _WIRE_DTYPES = (None, "gradient", "float16", "bfloat16")
 
 
-def _index(name, wire_id, aliases=(), kernels=None):
-    return Codec("index", name, wire_id, tuple(aliases), kernels, None)
+def _index(name, wire_id, aliases=(), kernels=None, gpu=False):
+    return Codec("index", name, wire_id, tuple(aliases), kernels, None, gpu)
 
 
-def _value(name, wire_id, aliases=(), kernels=None, wire_dtype=None):
-    return Codec("value", name, wire_id, tuple(aliases), kernels, wire_dtype)
+def _value(name, wire_id, aliases=(), kernels=None, wire_dtype=None, gpu=False):
+    return Codec("value", name, wire_id, tuple(aliases), kernels, wire_dtype, gpu)
 
 
 # --------------------------------------------------------------------------- the table
@@ -62,20 +71,22 @@ def _value(name, wire_id, aliases=(), kernels=None, wire_dtype=None):
 
 INDEX_CODECS = (
     _index("raw", 0, aliases=("none",)),
-    _index("int32", 1, kernels="index"),
-    _index("bitmap", 2, kernels="index"),
-    _index("rle", 3, kernels="index"),
-    _index("golomb", 4, aliases=("gr", "rice", "lossless"), kernels="index"),
-    _index("bloom", 5, aliases=("bloom_cpu",), kernels="bloom"),
+    _index("int32", 1, kernels="index", gpu=True),
+    _index("bitmap", 2, kernels="index", gpu=True),
+    _index("rle", 3, kernels="index", gpu=True),
+    _index("golomb", 4, aliases=("gr", "rice", "lossless"), kernels="index", gpu=True),
+    _index("bloom", 5, aliases=("bloom_cpu",), kernels="bloom", gpu=True),
 )
 
 VALUE_CODECS = (
     _value("raw", 0, aliases=("none",), wire_dtype="gradient"),
-    _value("polyfit", 1, aliases=("polyfit_cpu",), kernels="value"),
-    _value("dexp", 2, kernels="value"),
-    _value("qsgd", 3, kernels="value"),
-    _value("fp16", 4, aliases=("float16", "half"), kernels="value", wire_dtype="float16"),
-    _value("bf16", 5, aliases=("bfloat16",), kernels="value", wire_dtype="bfloat16"),
+    _value("polyfit", 1, aliases=("polyfit_cpu",), kernels="value", gpu=True),
+    _value("dexp", 2, kernels="value", gpu=True),
+    _value("qsgd", 3, kernels="value", gpu=True),
+    _value("fp16", 4, aliases=("float16", "half"), kernels="value", wire_dtype="float16",
+           gpu=True),
+    _value("bf16", 5, aliases=("bfloat16",), kernels="value", wire_dtype="bfloat16",
+           gpu=True),
     _value("deflate", 6, aliases=("zlib", "gzip"), kernels="value"),
 )
 
@@ -86,7 +97,11 @@ FUZZ_EXTRA_TARGETS = ("container", "container_edit", "perm")
 # --------------------------------------------------------------------------- derived
 
 HEADER_PATH = "kernels/common/codec_table.h"
-REGENERATE_HEADER = f"python deepreduce_tf/ops/codec_table.py > {HEADER_PATH}"
+# Per op family whose ops and kernels are generated from the table: the header
+# that includes every codec's own header, kernels/<family>/<name>.h.
+FAMILY_HEADERS = {"index": "kernels/index/index_codecs.h",
+                  "value": "kernels/value/value_codecs.h"}
+REGENERATE_HEADER = "python deepreduce_tf/ops/codec_table.py --write"
 
 
 def rows(kind=None, kernels=any):
@@ -164,6 +179,9 @@ def check(table=None):
                                  f"{_KERNELS[kind]}, got {r.kernels!r}")
             if r.wire_dtype not in _WIRE_DTYPES or (kind == "index" and r.wire_dtype):
                 raise ValueError(f"{kind} codec {r.name!r}: bad wire_dtype {r.wire_dtype!r}")
+            if r.gpu not in (False, True) or (r.gpu and r.kernels is None):
+                raise ValueError(f"{kind} codec {r.name!r}: gpu must be True or False, and "
+                                 f"True only for a codec with kernels, got {r.gpu!r}")
     targets = FUZZ_EXTRA_TARGETS + tuple(r.name for r in table if r.kernels is not None)
     if len(set(targets)) != len(targets):
         raise ValueError(f"fuzz target names must be unique: {targets}")
@@ -171,16 +189,17 @@ def check(table=None):
 
 # --------------------------------------------------------------------------- C++ header
 
-def _camel(name):
+def camel(name):
     return "".join(part[:1].upper() + part[1:] for part in name.split("_"))
 
 
 def header_text():
     """kernels/common/codec_table.h, generated from the table."""
     guard = "DEEPREDUCE_KERNELS_COMMON_CODEC_TABLE_H_"
-    out = [f"// Generated from deepreduce_tf/ops/codec_table.py by `{REGENERATE_HEADER}`;",
-           "// do not edit by hand (setup.py and tests/codecs/test_codec_table.py check",
-           "// that it matches the table, and the op loader checks the compiled library).",
+    out = ["// Generated from deepreduce_tf/ops/codec_table.py by",
+           f"// `{REGENERATE_HEADER}`; do not edit by hand (setup.py and",
+           "// tests/codecs/test_codec_table.py check that it matches the table, and the op",
+           "// loader checks the compiled library).",
            "//",
            "// The codec table as X-macros: X(name, Camel, wire_id, kernels), in wire-id",
            "// order. name is the codec's canonical name, Camel the same in CamelCase",
@@ -192,13 +211,16 @@ def header_text():
            "//   DR_VALUE_PAYLOAD_CODECS              those of kernels/value;",
            "//   DR_INDEX_KERNEL_CODECS,",
            "//   DR_VALUE_KERNEL_CODECS               every codec with kernels (the fuzz",
-           "//                                        harness's codec targets).",
+           "//                                        harness's codec targets);",
+           "//   DR_INDEX_GPU_CODECS,",
+           "//   DR_VALUE_GPU_CODECS                  the payload codecs whose ops have",
+           "//                                        CUDA kernels (gpu=True).",
            f"#ifndef {guard}", f"#define {guard}", ""]
 
     def macro(name, selected):
         lines = [f"#define {name}(X)"]
         for r in selected:
-            lines.append(f"  X({r.name}, {_camel(r.name)}, {r.wire_id}, {r.kernels or 'none'})")
+            lines.append(f"  X({r.name}, {camel(r.name)}, {r.wire_id}, {r.kernels or 'none'})")
         width = max(len(line) for line in lines) + 1
         text = [line.ljust(width) + "\\" for line in lines[:-1]] + [lines[-1]]
         return text + [""]
@@ -208,25 +230,84 @@ def header_text():
         out += macro(f"DR_{k}_CODECS", rows(kind))
         out += macro(f"DR_{k}_PAYLOAD_CODECS", rows(kind, kind))
         out += macro(f"DR_{k}_KERNEL_CODECS", [r for r in rows(kind) if r.kernels])
+        out += macro(f"DR_{k}_GPU_CODECS", [r for r in rows(kind, kind) if r.gpu])
     out += [f"#endif  // {guard}", ""]
     return "\n".join(out)
 
 
+def family_header_text(family):
+    """kernels/<family>/<family>_codecs.h: includes the header of every codec
+    of the family, kernels/<family>/<name>.h (the family's ops, kernels and
+    the fuzz harness expand the table's X-macros over their namespaces)."""
+    path = FAMILY_HEADERS[family]
+    guard = "DEEPREDUCE_" + path.upper().replace("/", "_").replace(".", "_") + "_"
+    out = ["// Generated from deepreduce_tf/ops/codec_table.py by",
+           f"// `{REGENERATE_HEADER}`; do not edit by hand (setup.py and",
+           "// tests/codecs/test_codec_table.py check it).",
+           "//",
+           f"// The header of every {family} codec with kernels=\"{family}\" in the codec",
+           f"// table, kernels/{family}/<name>.h, which declares its struct",
+           f"// {family}::<name>::Codec (docs/codecs.md, \"Adding a codec\").",
+           f"#ifndef {guard}", f"#define {guard}", "", "#include <cstdint>", "",
+           '#include "kernels/common/codec_table.h"']
+    out += [f'#include "kernels/{family}/{r.name}.h"' for r in rows(family, family)]
+    k = family.upper()
+    out += ["", "namespace deepreduce {", f"namespace {family} {{", "",
+            "// The table's wire id and name of a codec's struct:",
+            "// CodecOf<<name>::Codec>::kId, ::kName.",
+            "template <typename Codec>", "struct CodecOf;"]
+    body = [f"#define DR_{k}_CODEC_OF(name, Camel, id, kernels)", "  template <>",
+            "  struct CodecOf<name::Codec> {", "    static constexpr uint8_t kId = id;",
+            "    static constexpr const char* kName = #name;"]
+    width = max(len(line) for line in body) + 1
+    out += [line.ljust(width) + "\\" for line in body] + ["  };"]
+    out += [f"DR_{k}_PAYLOAD_CODECS(DR_{k}_CODEC_OF)",
+            f"#undef DR_{k}_CODEC_OF", "",
+            f"}}  // namespace {family}", "}  // namespace deepreduce", "",
+            f"#endif  // {guard}", ""]
+    return "\n".join(out)
+
+
+def generated_files():
+    """{path relative to the repository: text} of every file generated from
+    the table."""
+    files = {HEADER_PATH: header_text()}
+    files.update({path: family_header_text(f) for f, path in FAMILY_HEADERS.items()})
+    return files
+
+
 def header_mismatch(root):
-    """None if <root>/kernels/common/codec_table.h is header_text(), else a
-    one-line error saying how to regenerate it (setup.py's build check)."""
-    try:
-        with open(os.path.join(root, HEADER_PATH), encoding="utf-8") as f:
-            if f.read() == header_text():
-                return None
-    except OSError:
-        pass
-    return (f"{HEADER_PATH} does not match deepreduce_tf/ops/codec_table.py (the kernels "
-            f"would use other codec ids than Python); regenerate it with "
-            f"`{REGENERATE_HEADER}`")
+    """None if every generated file under <root> (kernels/common/codec_table.h
+    and the family headers) matches the table, else a one-line error saying
+    how to regenerate them (setup.py's build check)."""
+    for path, text in generated_files().items():
+        try:
+            with open(os.path.join(root, path), encoding="utf-8") as f:
+                if f.read() == text:
+                    continue
+        except OSError:
+            pass
+        what = ("the kernels would use other codec ids than Python" if path == HEADER_PATH
+                else "the kernels would not include every codec of the table")
+        return (f"{path} does not match deepreduce_tf/ops/codec_table.py ({what}); "
+                f"regenerate it with `{REGENERATE_HEADER}`")
+    return None
+
+
+def write_generated(root):
+    """Writes every generated file under root; returns their paths."""
+    for path, text in generated_files().items():
+        with open(os.path.join(root, path), "w", encoding="utf-8") as f:
+            f.write(text)
+    return sorted(generated_files())
 
 
 check()
 
 if __name__ == "__main__":
-    sys.stdout.write(header_text())
+    if sys.argv[1:] == ["--write"]:
+        here = os.path.dirname(os.path.abspath(__file__))
+        for p in write_generated(os.path.dirname(os.path.dirname(here))):
+            print(f"wrote {p}")
+    else:
+        sys.stdout.write(header_text())

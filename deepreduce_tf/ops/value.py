@@ -60,15 +60,15 @@ _ENCODE_PARAMS = {
     "dexp": {"out_idx": tf.int64},
     "qsgd": {"bits": None, "levels": None, "bucket_size": 512, "seed": 0,
              "out_idx": tf.int64},
-    "fp16": {"out_idx": tf.int64},
-    "bf16": {"out_idx": tf.int64},
     "deflate": {"level": 6, "out_idx": tf.int64},
 }
 _DECODE_PARAMS = {
     "polyfit": {"max_values": None},
     "dexp": {"max_values": None},
-    "qsgd": {}, "fp16": {}, "bf16": {}, "deflate": {},
 }
+# A codec not listed above takes no parameters: its ops are
+# deep_reduce_<name>_encode(values) and deep_reduce_<name>_decode(payload).
+_PLAIN_PARAMS = {"encode": {"out_idx": tf.int64}, "decode": {}}
 
 Encoded = collections.namedtuple("Encoded", ["payload", "perm"])
 Encoded.__doc__ = """Result of encode().
@@ -87,7 +87,7 @@ def _check_codec(codec):
 
 
 def _merge_params(codec, given, table, what):
-    allowed = table[codec]
+    allowed = table.get(codec, _PLAIN_PARAMS[what])
     unknown = sorted(set(given) - set(allowed))
     if unknown:
         valid = ", ".join(sorted(allowed)) or "none"
@@ -203,13 +203,11 @@ def encode(codec, values, **params):
                                  f"got {seed!r}")
             seed = tf.cast(seed, tf.int64)
         payload = ops.deep_reduce_qsgd_encode(values, seed, levels=levels, bucket_size=bucket)
-    elif codec == "fp16":
-        payload = ops.deep_reduce_fp16_encode(values)
-    elif codec == "bf16":
-        payload = ops.deep_reduce_bf16_encode(values)
-    else:
+    elif codec == "deflate":
         payload = ops.deep_reduce_deflate_encode(
             values, level=_int_param(codec, "level", p["level"], 0, 9))
+    else:
+        payload = getattr(ops, f"deep_reduce_{codec}_encode")(values)
     return Encoded(payload, tf.range(tf.size(values, out_type=out_idx), dtype=out_idx))
 
 
@@ -247,12 +245,7 @@ def decode(codec, payload, **params):
         fn = (ops.deep_reduce_polyfit_decode if codec == "polyfit"
               else ops.deep_reduce_dexp_decode)
         return fn(payload, max_values=max_values)
-    return {
-        "qsgd": ops.deep_reduce_qsgd_decode,
-        "fp16": ops.deep_reduce_fp16_decode,
-        "bf16": ops.deep_reduce_bf16_decode,
-        "deflate": ops.deep_reduce_deflate_decode,
-    }[codec](payload)
+    return getattr(ops, f"deep_reduce_{codec}_decode")(payload)
 
 
 def codec_of(payload):

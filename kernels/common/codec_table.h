@@ -1,6 +1,7 @@
-// Generated from deepreduce_tf/ops/codec_table.py by `python deepreduce_tf/ops/codec_table.py > kernels/common/codec_table.h`;
-// do not edit by hand (setup.py and tests/codecs/test_codec_table.py check
-// that it matches the table, and the op loader checks the compiled library).
+// Generated from deepreduce_tf/ops/codec_table.py by
+// `python deepreduce_tf/ops/codec_table.py --write`; do not edit by hand (setup.py and
+// tests/codecs/test_codec_table.py check that it matches the table, and the op
+// loader checks the compiled library).
 //
 // The codec table as X-macros: X(name, Camel, wire_id, kernels), in wire-id
 // order. name is the codec's canonical name, Camel the same in CamelCase
@@ -12,7 +13,10 @@
 //   DR_VALUE_PAYLOAD_CODECS              those of kernels/value;
 //   DR_INDEX_KERNEL_CODECS,
 //   DR_VALUE_KERNEL_CODECS               every codec with kernels (the fuzz
-//                                        harness's codec targets).
+//                                        harness's codec targets);
+//   DR_INDEX_GPU_CODECS,
+//   DR_VALUE_GPU_CODECS                  the payload codecs whose ops have
+//                                        CUDA kernels (gpu=True).
 #ifndef DEEPREDUCE_KERNELS_COMMON_CODEC_TABLE_H_
 #define DEEPREDUCE_KERNELS_COMMON_CODEC_TABLE_H_
 
@@ -36,6 +40,12 @@
   X(rle, Rle, 3, index)           \
   X(golomb, Golomb, 4, index)     \
   X(bloom, Bloom, 5, bloom)
+
+#define DR_INDEX_GPU_CODECS(X) \
+  X(int32, Int32, 1, index)    \
+  X(bitmap, Bitmap, 2, index)  \
+  X(rle, Rle, 3, index)        \
+  X(golomb, Golomb, 4, index)
 
 #define DR_VALUE_CODECS(X)      \
   X(raw, Raw, 0, none)          \
@@ -61,5 +71,12 @@
   X(fp16, Fp16, 4, value)         \
   X(bf16, Bf16, 5, value)         \
   X(deflate, Deflate, 6, value)
+
+#define DR_VALUE_GPU_CODECS(X)  \
+  X(polyfit, Polyfit, 1, value) \
+  X(dexp, Dexp, 2, value)       \
+  X(qsgd, Qsgd, 3, value)       \
+  X(fp16, Fp16, 4, value)       \
+  X(bf16, Bf16, 5, value)
 
 #endif  // DEEPREDUCE_KERNELS_COMMON_CODEC_TABLE_H_

@@ -11,7 +11,9 @@
 // Targets: container, container_edit and perm, then one per codec with
 // kernels in the codec table (kernels/common/codec_table.h: index codecs,
 // then value codecs, each in wire-id order), handled by Fuzz<Camel>(): a
-// codec added to the table without one does not build. DR_FUZZ_LIST=1
+// codec added to the table without one does not build. An index codec's
+// Fuzz<Camel>() is generated from the table: FuzzIndexCodec<its struct>(),
+// generic for a codec without kernels of its own. DR_FUZZ_LIST=1
 // prints the target names in order and exits (fuzz.sh reads them;
 // deepreduce_tf/ops/codec_table.py's fuzz_targets() is the same list).
 //
@@ -62,6 +64,7 @@
 #include "kernels/common/parse_status.h"
 #include "kernels/common/varint.h"
 #include "kernels/index/golomb.h"
+#include "kernels/index/index_codecs.h"
 #include "kernels/index/index_decode.h"
 #include "kernels/index/index_format.h"
 #include "kernels/index/rle.h"
@@ -71,6 +74,7 @@
 #include "kernels/value/dexp.h"
 #include "kernels/value/halfcast.h"
 #include "kernels/value/qsgd.h"
+#include "kernels/value/value_codecs.h"
 #include "kernels/value/value_decode.h"
 #include "kernels/value/value_format.h"
 
@@ -400,12 +404,61 @@ void FuzzIndex(uint8_t codec, Reader r) {
   CheckSame(name, again, begin, r.left);
 }
 
-// -------------------------------------------------------------------- bloom --
+// The target of an index codec's struct (kernels/index/<name>.h). The
+// primary template fuzzes a codec without kernels of its own as its generic
+// kernel decodes (index_format.h's CodecDefaults): header, CheckBody, the
+// allocation bound, DecodeBody and the order check; an accepted payload must
+// re-encode to exactly its bytes. The codecs with device kernels run
+// FuzzIndex above.
+template <typename Codec>
+void FuzzIndexCodec(Reader r) {
+  constexpr uint8_t codec = index::CodecOf<Codec>::kId;
+  const char* name = index::CodecOf<Codec>::kName;
+  uint64_t flags;
+  if (!r.Take(1, &flags)) return;
+  const int64_t size = static_cast<int64_t>(r.left);
+  index::CommonHeader h;
+  int64_t body_at;
+  if (!Ok(index::core::ParseHeaderPrefix(r.p, size, size, codec, flags & 1, &h, &body_at))) {
+    return;
+  }
+  const uint8_t* body = r.p + body_at;
+  const uint64_t have = static_cast<uint64_t>(size - body_at);
+  if (!Ok(Codec::CheckBody(h, body, have))) return;
+  CheckBound(name, h.k, kPerByte * r.left);
+  const int64_t k = static_cast<int64_t>(h.k);
+  std::vector<int64_t> out(k);
+  if (!Ok(Codec::DecodeBody(h, body, have, out.data()))) return;
+  // The kernel's order check (index_kernels.h's generic DecodeOp) refuses the rest.
+  const int64_t n = static_cast<int64_t>(h.n);
+  const int64_t bad = index::core::FirstUnsorted(out.data(), 0, k, n);
+  if (bad != k) {
+    Ok(index::core::SortedError("decoded index", bad, bad > 0 ? out[bad - 1] : 0, out[bad], n));
+    return;
+  }
+  std::vector<uint8_t> again = IndexHeader(codec, h.n, h.k);
+  const size_t at = again.size();
+  again.resize(at + Codec::BodyBytes(out.data(), k, h.n));
+  Codec::EncodeBody(out.data(), k, h.n, again.data() + at);
+  CheckSame(name, again, r.p, r.left);
+}
 
-void FuzzInt32(Reader r) { FuzzIndex(index::kCodecInt32, r); }
-void FuzzBitmap(Reader r) { FuzzIndex(index::kCodecBitmap, r); }
-void FuzzRle(Reader r) { FuzzIndex(index::kCodecRle, r); }
-void FuzzGolomb(Reader r) { FuzzIndex(index::kCodecGolomb, r); }
+template <>
+void FuzzIndexCodec<index::int32::Codec>(Reader r) { FuzzIndex(index::kCodecInt32, r); }
+template <>
+void FuzzIndexCodec<index::bitmap::Codec>(Reader r) { FuzzIndex(index::kCodecBitmap, r); }
+template <>
+void FuzzIndexCodec<index::rle::Codec>(Reader r) { FuzzIndex(index::kCodecRle, r); }
+template <>
+void FuzzIndexCodec<index::golomb::Codec>(Reader r) { FuzzIndex(index::kCodecGolomb, r); }
+
+// Fuzz<Camel>() of every codec with kernels="index" in the table.
+#define DR_FUZZ_INDEX_CODEC(name, Camel, id, kernels) \
+  void Fuzz##Camel(Reader r) { FuzzIndexCodec<index::name::Codec>(r); }
+DR_INDEX_PAYLOAD_CODECS(DR_FUZZ_INDEX_CODEC)
+#undef DR_FUZZ_INDEX_CODEC
+
+// -------------------------------------------------------------------- bloom --
 
 void FuzzBloom(Reader r) {
   uint64_t h, m, n, seed;
@@ -451,7 +504,37 @@ void CheckFinite(const char* codec, const std::vector<float>& out) {
   }
 }
 
-void FuzzPolyfit(Reader r) {
+// The target of a value codec's struct (kernels/value/<name>.h). The primary
+// template fuzzes a codec without ops of its own through its host functions
+// (value_format.h's CodecDefaults): header, CheckBody, the allocation bound,
+// DecodeBody, then (kCanonical) an accepted payload must re-encode to exactly
+// its bytes. The codecs with ops of their own specialize it below.
+template <typename Codec>
+void FuzzValueCodec(Reader r) {
+  constexpr uint8_t codec = value::CodecOf<Codec>::kId;
+  const char* name = value::CodecOf<Codec>::kName;
+  const int64_t size = static_cast<int64_t>(r.left);
+  uint64_t k;
+  if (!Ok(value::core::ParseHeaderBytes(r.p, size, codec, &k))) return;
+  const uint8_t* body = r.p + value::kHeaderBytes;
+  const uint64_t have = static_cast<uint64_t>(size - value::kHeaderBytes);
+  if (!Ok(Codec::CheckBody(k, body, have))) return;
+  CheckBound(name, k, kPerByte * r.left);
+  std::vector<float> out(k);
+  if (!Ok(Codec::DecodeBody(k, body, have, out.data()))) return;
+  if (!Codec::kCanonical) return;
+  uint64_t bytes = 0;
+  if (!Codec::BodyBytes(out.data(), static_cast<int64_t>(k), &bytes).ok()) {
+    Fail(std::string(name) + ": the values of an accepted payload cannot be encoded again");
+  }
+  std::vector<uint8_t> again(value::kHeaderBytes + bytes);
+  value::WriteHeader(again.data(), codec, k);
+  Codec::EncodeBody(out.data(), static_cast<int64_t>(k), again.data() + value::kHeaderBytes);
+  CheckSame(name, again, r.p, r.left);
+}
+
+template <>
+void FuzzValueCodec<value::polyfit::Codec>(Reader r) {
   uint64_t max_values;
   if (!r.Take(2, &max_values)) return;
   value::PolyfitView v;
@@ -470,7 +553,8 @@ void FuzzPolyfit(Reader r) {
   CheckFinite("polyfit", out);
 }
 
-void FuzzDexp(Reader r) {
+template <>
+void FuzzValueCodec<value::dexp::Codec>(Reader r) {
   uint64_t max_values;
   if (!r.Take(2, &max_values)) return;
   uint64_t k, pos;
@@ -485,7 +569,8 @@ void FuzzDexp(Reader r) {
   CheckFinite("dexp", out);
 }
 
-void FuzzQsgd(Reader r) {
+template <>
+void FuzzValueCodec<value::qsgd::Codec>(Reader r) {
   const int64_t size = static_cast<int64_t>(r.left);
   uint64_t k;
   if (!Ok(value::core::ParseHeaderBytes(r.p, size, value::kCodecQsgd, &k))) return;
@@ -538,10 +623,13 @@ void FuzzHalf(Reader r) {
   }
 }
 
-void FuzzFp16(Reader r) { FuzzHalf<value::kCodecFp16>(r); }
-void FuzzBf16(Reader r) { FuzzHalf<value::kCodecBf16>(r); }
+template <>
+void FuzzValueCodec<value::fp16::Codec>(Reader r) { FuzzHalf<value::kCodecFp16>(r); }
+template <>
+void FuzzValueCodec<value::bf16::Codec>(Reader r) { FuzzHalf<value::kCodecBf16>(r); }
 
-void FuzzDeflate(Reader r) {
+template <>
+void FuzzValueCodec<value::deflate::Codec>(Reader r) {
   const int64_t size = static_cast<int64_t>(r.left);
   uint64_t k, clen;
   if (!Ok(value::core::ParseHeaderBytes(r.p, size, value::kCodecDeflate, &k))) return;
@@ -550,6 +638,12 @@ void FuzzDeflate(Reader r) {
   std::vector<float> out(k);
   Ok(value::core::InflateValues(r.p, k, clen, reinterpret_cast<uint8_t*>(out.data())));
 }
+
+// Fuzz<Camel>() of every codec with kernels="value" in the table.
+#define DR_FUZZ_VALUE_CODEC(name, Camel, id, kernels) \
+  void Fuzz##Camel(Reader r) { FuzzValueCodec<value::name::Codec>(r); }
+DR_VALUE_PAYLOAD_CODECS(DR_FUZZ_VALUE_CODEC)
+#undef DR_FUZZ_VALUE_CODEC
 
 }  // namespace
 }  // namespace fuzz

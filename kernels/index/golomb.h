@@ -45,6 +45,13 @@ namespace deepreduce {
 namespace index {
 namespace golomb {
 
+// The codec's struct (index_format.h's CodecDefaults): its OpKernels are
+// index_kernels.h's EncodeOp / DecodeOp specializations; its encode op takes
+// block_size and is registered by hand (kernels/ops/index_ops.cc).
+struct Codec : CodecDefaults {
+  static constexpr bool kOwnEncodeOp = true;
+};
+
 constexpr int kDefaultLog2Block = 10;
 constexpr int kMinLog2Block = 4;
 constexpr int kMaxLog2Block = 16;

@@ -91,6 +91,40 @@ inline const char* ParseCommonHeader(const uint8_t* begin, const uint8_t* end,
 
 DR_HOST_DEVICE uint64_t BitmapBytes(uint64_t n) { return (n + 7) / 8; }
 
+// The part of a codec's struct <name>::Codec (in kernels/index/<name>.h, one
+// per codec of the table with kernels="index") that the family's generated
+// registrations read; a codec's struct derives from this and overrides what
+// differs. The rest of the struct (docs/codecs.md, "Adding a codec"):
+//
+//   A codec without OpKernels of its own (the default: its ops run the
+//   family's generic CPU OpKernels, index_kernels.h, and the fuzz harness's
+//   generic target) declares its TF-free host code, with the K indices
+//   sorted, distinct and in [0, n) on the encoding side:
+//     template <typename T> static uint64_t BodyBytes(const T* idx, int64_t k, uint64_t n);
+//     template <typename T> static void EncodeBody(const T* idx, int64_t k, uint64_t n,
+//                                                  uint8_t* body);
+//     // Before anything is allocated: can a body of `bytes` bytes hold h.k
+//     // indices? (At most 8 per byte: the fuzz harness's allocation bound.)
+//     static ParseStatus CheckBody(const CommonHeader& h, const uint8_t* body,
+//                                  uint64_t bytes);
+//     // The h.k indices, or the error for any body that is not exactly the
+//     // encoding of a set (the format is canonical: what decodes re-encodes
+//     // to the same bytes); the kernel also checks the order after it.
+//     template <typename T> static ParseStatus DecodeBody(const CommonHeader& h,
+//                                                         const uint8_t* body,
+//                                                         uint64_t bytes, T* out);
+//   A codec with OpKernels of its own (int32, bitmap, rle, golomb: device
+//   functors, CUDA kernels) specializes EncodeOp / DecodeOp for its struct in
+//   index_kernels.h and FuzzIndexCodec in the fuzz harness instead.
+struct CodecDefaults {
+  // The payload's length for n and K when it depends on nothing else (the
+  // encode op's static output shape), else -1.
+  static int64_t StaticPayloadBytes(int64_t /*n*/, int64_t /*k*/) { return -1; }
+  // True if the encode op takes attributes beyond Tidx (golomb's
+  // block_size): then it is registered by hand in kernels/ops/index_ops.cc.
+  static constexpr bool kOwnEncodeOp = false;
+};
+
 // Little-endian int32 load/store, alignment-free.
 DR_HOST_DEVICE void StoreLE32(uint8_t* p, uint32_t v) {
   p[0] = static_cast<uint8_t>(v);

@@ -362,35 +362,22 @@ struct GolombDecode<CpuDevice, Tidx> {
 
 namespace {
 
-#define REGISTER_INDEX_CPU(T)                                                         \
-  REGISTER_KERNEL_BUILDER(                                                            \
-      Name("DeepReduce>IndexEncodeInt32").Device(::tensorflow::DEVICE_CPU)           \
-          .TypeConstraint<T>("Tidx"), EncodeInt32Op<CpuDevice, T>);                              \
-  REGISTER_KERNEL_BUILDER(                                                            \
-      Name("DeepReduce>IndexEncodeBitmap").Device(::tensorflow::DEVICE_CPU)          \
-          .TypeConstraint<T>("Tidx"), EncodeBitmapOp<CpuDevice, T>);                             \
-  REGISTER_KERNEL_BUILDER(                                                            \
-      Name("DeepReduce>IndexEncodeRle").Device(::tensorflow::DEVICE_CPU)             \
-          .TypeConstraint<T>("Tidx"), EncodeRleOp<CpuDevice, T>);                                \
-  REGISTER_KERNEL_BUILDER(                                                            \
-      Name("DeepReduce>IndexEncodeGolomb").Device(::tensorflow::DEVICE_CPU)          \
-          .TypeConstraint<T>("Tidx"), EncodeGolombOp<CpuDevice, T>);                             \
-  REGISTER_KERNEL_BUILDER(                                                            \
-      Name("DeepReduce>IndexDecodeInt32").Device(::tensorflow::DEVICE_CPU)           \
-          .TypeConstraint<T>("out_idx"), DecodeInt32Op<CpuDevice, T>);                           \
-  REGISTER_KERNEL_BUILDER(                                                            \
-      Name("DeepReduce>IndexDecodeBitmap").Device(::tensorflow::DEVICE_CPU)          \
-          .TypeConstraint<T>("out_idx"), DecodeBitmapOp<CpuDevice, T>);                          \
-  REGISTER_KERNEL_BUILDER(                                                            \
-      Name("DeepReduce>IndexDecodeRle").Device(::tensorflow::DEVICE_CPU)             \
-          .TypeConstraint<T>("out_idx"), DecodeRleOp<CpuDevice, T>);                             \
-  REGISTER_KERNEL_BUILDER(                                                            \
-      Name("DeepReduce>IndexDecodeGolomb").Device(::tensorflow::DEVICE_CPU)          \
-          .TypeConstraint<T>("out_idx"), DecodeGolombOp<CpuDevice, T>);
-
-REGISTER_INDEX_CPU(int32_t);
-REGISTER_INDEX_CPU(int64_t);
-#undef REGISTER_INDEX_CPU
+// Every codec with kernels="index" in the codec table, for both index dtypes.
+#define DR_REGISTER_INDEX_CPU_T(name, Camel, T)                                     \
+  REGISTER_KERNEL_BUILDER(Name("DeepReduce>IndexEncode" #Camel)                   \
+                              .Device(::tensorflow::DEVICE_CPU)                   \
+                              .TypeConstraint<T>("Tidx"),                         \
+                          EncodeOp<CpuDevice, T, name::Codec>);                   \
+  REGISTER_KERNEL_BUILDER(Name("DeepReduce>IndexDecode" #Camel)                   \
+                              .Device(::tensorflow::DEVICE_CPU)                   \
+                              .TypeConstraint<T>("out_idx"),                      \
+                          DecodeOp<CpuDevice, T, name::Codec>);
+#define DR_REGISTER_INDEX_CPU(name, Camel, id, kernels) \
+  DR_REGISTER_INDEX_CPU_T(name, Camel, int32_t)         \
+  DR_REGISTER_INDEX_CPU_T(name, Camel, int64_t)
+DR_INDEX_PAYLOAD_CODECS(DR_REGISTER_INDEX_CPU)
+#undef DR_REGISTER_INDEX_CPU
+#undef DR_REGISTER_INDEX_CPU_T
 
 }  // namespace
 }  // namespace index

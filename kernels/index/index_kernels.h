@@ -1,5 +1,11 @@
-// The OpKernels of the lossless index codecs (int32, bitmap, rle, golomb),
-// one class per op for every device (kernels/common/devices.h). Argument and
+// The OpKernels of the lossless index codecs, one class template per op,
+// EncodeOp / DecodeOp<Device, Tidx, Codec> for the codec's struct
+// <name>::Codec (kernels/index/<name>.h), for every device
+// (kernels/common/devices.h); index_kernels.cc and index_kernels_gpu.cc
+// register them for the codec table's rows. The primary templates are the
+// generic CPU kernels of a codec without kernels of its own (its struct's
+// host functions, index_format.h's CodecDefaults); int32, bitmap, rle and
+// golomb specialize them with device functors. Argument and
 // header checks, payload sizing, the header bytes, output allocation and
 // every message are this file's (the parsers: index_args.h and the TF-free
 // index_decode.h); the passes over indices and bodies are the device's
@@ -18,12 +24,14 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 #include "absl/status/status.h"
 #include "kernels/common/devices.h"
 #include "kernels/common/parse_status_tf.h"
 #include "kernels/index/golomb.h"
 #include "kernels/index/index_args.h"
+#include "kernels/index/index_codecs.h"
 #include "kernels/index/index_decode.h"
 #include "kernels/index/index_format.h"
 #include "tensorflow/core/framework/op_kernel.h"
@@ -148,8 +156,29 @@ class EncodeBase : public tensorflow::OpKernel {
   }
 };
 
+// The generic encoder: one pass of the codec's host functions.
+template <typename Device, typename Tidx, typename Codec>
+class EncodeOp : public EncodeBase<Device, Tidx> {
+  static_assert(std::is_same<Device, CpuDevice>::value,
+                "a codec with gpu=True in the codec table needs GPU OpKernels of its own "
+                "(EncodeOp and DecodeOp specializations for its struct)");
+
+ public:
+  using EncodeBase<Device, Tidx>::EncodeBase;
+
+ protected:
+  void Encode(tensorflow::OpKernelContext* ctx, const Tidx* idx, int64_t k,
+              int64_t n) override {
+    const uint64_t bytes = Codec::BodyBytes(idx, k, static_cast<uint64_t>(n));
+    uint8_t* body = this->AllocatePayload(ctx, CodecOf<Codec>::kId, n, k, nullptr, 0,
+                                          static_cast<int64_t>(bytes));
+    if (body == nullptr) return;
+    Codec::EncodeBody(idx, k, static_cast<uint64_t>(n), body);
+  }
+};
+
 template <typename Device, typename Tidx>
-class EncodeInt32Op : public EncodeBase<Device, Tidx> {
+class EncodeOp<Device, Tidx, int32::Codec> : public EncodeBase<Device, Tidx> {
  public:
   using EncodeBase<Device, Tidx>::EncodeBase;
 
@@ -166,7 +195,7 @@ class EncodeInt32Op : public EncodeBase<Device, Tidx> {
 };
 
 template <typename Device, typename Tidx>
-class EncodeBitmapOp : public EncodeBase<Device, Tidx> {
+class EncodeOp<Device, Tidx, bitmap::Codec> : public EncodeBase<Device, Tidx> {
  public:
   using EncodeBase<Device, Tidx>::EncodeBase;
 
@@ -181,7 +210,7 @@ class EncodeBitmapOp : public EncodeBase<Device, Tidx> {
 };
 
 template <typename Device, typename Tidx>
-class EncodeRleOp : public EncodeBase<Device, Tidx> {
+class EncodeOp<Device, Tidx, rle::Codec> : public EncodeBase<Device, Tidx> {
  public:
   using EncodeBase<Device, Tidx>::EncodeBase;
 
@@ -198,9 +227,9 @@ class EncodeRleOp : public EncodeBase<Device, Tidx> {
 };
 
 template <typename Device, typename Tidx>
-class EncodeGolombOp : public EncodeBase<Device, Tidx> {
+class EncodeOp<Device, Tidx, golomb::Codec> : public EncodeBase<Device, Tidx> {
  public:
-  explicit EncodeGolombOp(tensorflow::OpKernelConstruction* ctx)
+  explicit EncodeOp(tensorflow::OpKernelConstruction* ctx)
       : EncodeBase<Device, Tidx>(ctx) {
     int64_t block_size;
     OP_REQUIRES_OK(ctx, ctx->GetAttr("block_size", &block_size));
@@ -266,10 +295,41 @@ absl::Status ReadHeader(tensorflow::OpKernelContext* ctx, uint8_t codec,
                            &p->body_offset);
 }
 
-template <typename Device, typename Tidx>
-class DecodeInt32Op : public tensorflow::OpKernel {
+// The generic decoder: the codec's host functions, then the order check.
+template <typename Device, typename Tidx, typename Codec>
+class DecodeOp : public tensorflow::OpKernel {
+  static_assert(std::is_same<Device, CpuDevice>::value,
+                "a codec with gpu=True in the codec table needs GPU OpKernels of its own "
+                "(EncodeOp and DecodeOp specializations for its struct)");
+
  public:
-  explicit DecodeInt32Op(tensorflow::OpKernelConstruction* ctx) : OpKernel(ctx) {}
+  explicit DecodeOp(tensorflow::OpKernelConstruction* ctx) : OpKernel(ctx) {}
+
+  void Compute(tensorflow::OpKernelContext* ctx) override {
+    Payload p;
+    OP_REQUIRES_OK(ctx, ReadHeader<Device>(ctx, CodecOf<Codec>::kId,
+                                           tensorflow::DataTypeToEnum<Tidx>::v(), &p));
+    OP_REQUIRES_OK(ctx, ToAbsl(Codec::CheckBody(p.h, p.body(), p.body_bytes())));
+    const int64_t k = static_cast<int64_t>(p.h.k);
+    const int64_t n = static_cast<int64_t>(p.h.n);
+    tensorflow::Tensor* out_t = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, tensorflow::TensorShape({k}), &out_t));
+    Tidx* out = out_t->flat<Tidx>().data();
+    OP_REQUIRES_OK(ctx, ToAbsl(Codec::DecodeBody(p.h, p.body(), p.body_bytes(), out)));
+    const int64_t bad = core::FirstUnsorted(out, 0, k, n);
+    if (bad < k) {
+      const absl::Status s = SortedError("decoded index", bad, bad > 0 ? out[bad - 1] : 0,
+                                         out[bad], n);
+      ctx->CtxFailure(Invalid(std::string(CodecOf<Codec>::kName) + " payload is corrupt: " +
+                              std::string(s.message())));
+    }
+  }
+};
+
+template <typename Device, typename Tidx>
+class DecodeOp<Device, Tidx, int32::Codec> : public tensorflow::OpKernel {
+ public:
+  explicit DecodeOp(tensorflow::OpKernelConstruction* ctx) : OpKernel(ctx) {}
 
   void Compute(tensorflow::OpKernelContext* ctx) override {
     Payload p;
@@ -293,9 +353,9 @@ class DecodeInt32Op : public tensorflow::OpKernel {
 };
 
 template <typename Device, typename Tidx>
-class DecodeBitmapOp : public tensorflow::OpKernel {
+class DecodeOp<Device, Tidx, bitmap::Codec> : public tensorflow::OpKernel {
  public:
-  explicit DecodeBitmapOp(tensorflow::OpKernelConstruction* ctx) : OpKernel(ctx) {}
+  explicit DecodeOp(tensorflow::OpKernelConstruction* ctx) : OpKernel(ctx) {}
 
   void Compute(tensorflow::OpKernelContext* ctx) override {
     Payload p;
@@ -324,9 +384,9 @@ class DecodeBitmapOp : public tensorflow::OpKernel {
 };
 
 template <typename Device, typename Tidx>
-class DecodeRleOp : public tensorflow::OpKernel {
+class DecodeOp<Device, Tidx, rle::Codec> : public tensorflow::OpKernel {
  public:
-  explicit DecodeRleOp(tensorflow::OpKernelConstruction* ctx) : OpKernel(ctx) {}
+  explicit DecodeOp(tensorflow::OpKernelConstruction* ctx) : OpKernel(ctx) {}
 
   void Compute(tensorflow::OpKernelContext* ctx) override {
     Payload p;
@@ -343,9 +403,9 @@ class DecodeRleOp : public tensorflow::OpKernel {
 };
 
 template <typename Device, typename Tidx>
-class DecodeGolombOp : public tensorflow::OpKernel {
+class DecodeOp<Device, Tidx, golomb::Codec> : public tensorflow::OpKernel {
  public:
-  explicit DecodeGolombOp(tensorflow::OpKernelConstruction* ctx) : OpKernel(ctx) {}
+  explicit DecodeOp(tensorflow::OpKernelConstruction* ctx) : OpKernel(ctx) {}
 
   void Compute(tensorflow::OpKernelContext* ctx) override {
     Payload p;

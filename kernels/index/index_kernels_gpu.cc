@@ -271,47 +271,24 @@ struct GolombDecode<GpuDevice, Tidx> {
 
 namespace {
 
-#define REGISTER_INDEX_GPU(T)                                                          \
-  REGISTER_KERNEL_BUILDER(Name("DeepReduce>IndexEncodeInt32")                         \
-                              .Device(::tensorflow::DEVICE_GPU)                        \
-                              .HostMemory("universe_size")                             \
-                              .TypeConstraint<T>("Tidx"),                              \
-                          EncodeInt32Op<GpuDevice, T>);                                 \
-  REGISTER_KERNEL_BUILDER(Name("DeepReduce>IndexEncodeBitmap")                        \
-                              .Device(::tensorflow::DEVICE_GPU)                        \
-                              .HostMemory("universe_size")                             \
-                              .TypeConstraint<T>("Tidx"),                              \
-                          EncodeBitmapOp<GpuDevice, T>);                                \
-  REGISTER_KERNEL_BUILDER(Name("DeepReduce>IndexEncodeRle")                           \
-                              .Device(::tensorflow::DEVICE_GPU)                        \
-                              .HostMemory("universe_size")                             \
-                              .TypeConstraint<T>("Tidx"),                              \
-                          EncodeRleOp<GpuDevice, T>);                                   \
-  REGISTER_KERNEL_BUILDER(Name("DeepReduce>IndexEncodeGolomb")                        \
-                              .Device(::tensorflow::DEVICE_GPU)                        \
-                              .HostMemory("universe_size")                             \
-                              .TypeConstraint<T>("Tidx"),                              \
-                          EncodeGolombOp<GpuDevice, T>);                                \
-  REGISTER_KERNEL_BUILDER(Name("DeepReduce>IndexDecodeInt32")                         \
-                              .Device(::tensorflow::DEVICE_GPU)                        \
-                              .TypeConstraint<T>("out_idx"),                           \
-                          DecodeInt32Op<GpuDevice, T>);                                 \
-  REGISTER_KERNEL_BUILDER(Name("DeepReduce>IndexDecodeBitmap")                        \
-                              .Device(::tensorflow::DEVICE_GPU)                        \
-                              .TypeConstraint<T>("out_idx"),                           \
-                          DecodeBitmapOp<GpuDevice, T>);                                \
-  REGISTER_KERNEL_BUILDER(Name("DeepReduce>IndexDecodeRle")                           \
-                              .Device(::tensorflow::DEVICE_GPU)                        \
-                              .TypeConstraint<T>("out_idx"),                           \
-                          DecodeRleOp<GpuDevice, T>);                                   \
-  REGISTER_KERNEL_BUILDER(Name("DeepReduce>IndexDecodeGolomb")                        \
-                              .Device(::tensorflow::DEVICE_GPU)                        \
-                              .TypeConstraint<T>("out_idx"),                           \
-                          DecodeGolombOp<GpuDevice, T>);
-
-REGISTER_INDEX_GPU(int32_t);
-REGISTER_INDEX_GPU(int64_t);
-#undef REGISTER_INDEX_GPU
+// Every codec with kernels="index" and gpu=True in the codec table, for both
+// index dtypes.
+#define DR_REGISTER_INDEX_GPU_T(name, Camel, T)                                     \
+  REGISTER_KERNEL_BUILDER(Name("DeepReduce>IndexEncode" #Camel)                   \
+                              .Device(::tensorflow::DEVICE_GPU)                   \
+                              .HostMemory("universe_size")                        \
+                              .TypeConstraint<T>("Tidx"),                         \
+                          EncodeOp<GpuDevice, T, name::Codec>);                   \
+  REGISTER_KERNEL_BUILDER(Name("DeepReduce>IndexDecode" #Camel)                   \
+                              .Device(::tensorflow::DEVICE_GPU)                   \
+                              .TypeConstraint<T>("out_idx"),                      \
+                          DecodeOp<GpuDevice, T, name::Codec>);
+#define DR_REGISTER_INDEX_GPU(name, Camel, id, kernels) \
+  DR_REGISTER_INDEX_GPU_T(name, Camel, int32_t)         \
+  DR_REGISTER_INDEX_GPU_T(name, Camel, int64_t)
+DR_INDEX_GPU_CODECS(DR_REGISTER_INDEX_GPU)
+#undef DR_REGISTER_INDEX_GPU
+#undef DR_REGISTER_INDEX_GPU_T
 
 }  // namespace
 }  // namespace index

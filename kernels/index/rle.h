@@ -24,10 +24,15 @@
 #include <cstdint>
 
 #include "kernels/common/platform.h"
+#include "kernels/index/index_format.h"
 
 namespace deepreduce {
 namespace index {
 namespace rle {
+
+// The codec's struct (index_format.h's CodecDefaults): its OpKernels are
+// index_kernels.h's EncodeOp / DecodeOp specializations.
+struct Codec : CodecDefaults {};
 
 DR_HOST_DEVICE int GapSize(uint64_t v) {
   if (v <= 240) return 1;

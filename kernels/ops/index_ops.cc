@@ -3,15 +3,22 @@
 // in kernels/index/{index_format,rle,golomb}.h; the user-facing documentation
 // is on the Python wrappers (deepreduce_tf/ops/index.py).
 //
-// One op pair per codec:
+// One op pair per codec with kernels="index" in the codec table
+// (kernels/common/codec_table.h), registered from the table:
 //   DeepReduce>IndexEncode<Codec>(indices: Tidx, universe_size: int64) -> payload: uint8
 //   DeepReduce>IndexDecode<Codec>(payload: uint8) -> indices: out_idx
-// for Codec in {Int32, Bitmap, Rle, Golomb}.
+// The encode op's static payload length comes from the codec's struct
+// (<name>::Codec::StaticPayloadBytes, kernels/index/<name>.h). A codec whose
+// encode op takes attributes (Codec::kOwnEncodeOp: golomb's block_size) has
+// it registered by hand at the end of this file.
 #include <cstdint>
+#include <string>
 
+#include "kernels/index/index_codecs.h"
 #include "kernels/index/index_format.h"
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/op_def_builder.h"
 #include "tensorflow/core/framework/shape_inference.h"
 #include "tensorflow/core/framework/tensor.h"
 
@@ -22,31 +29,24 @@ using ::tensorflow::shape_inference::DimensionHandle;
 using ::tensorflow::shape_inference::InferenceContext;
 using ::tensorflow::shape_inference::ShapeHandle;
 
-// Payload size as a function of (n, K) for the codecs whose size depends on
-// nothing else; the data-dependent codecs (rle, golomb) pass nullptr.
-using SizeFn = int64_t (*)(int64_t n, int64_t k);
-
-int64_t Int32PayloadSize(int64_t n, int64_t k) {
-  return index::CommonHeaderSize(n, k) + 4 * k;
-}
-int64_t BitmapPayloadSize(int64_t n, int64_t k) {
-  return index::CommonHeaderSize(n, k) + static_cast<int64_t>(index::BitmapBytes(n));
-}
-
 // indices: a vector; universe_size: a scalar. The payload length is known
 // statically only when K is a static dim, n a constant and the codec's size
-// depends on nothing else.
-absl::Status EncodeShape(InferenceContext* c, SizeFn size) {
+// depends on nothing else (Codec::StaticPayloadBytes >= 0).
+template <typename Codec>
+absl::Status EncodeShape(InferenceContext* c) {
   ShapeHandle indices, unused;
   TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 1, &indices));
   TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 0, &unused));
   const DimensionHandle k = c->Dim(indices, 0);
   const ::tensorflow::Tensor* n_t = c->input_tensor(1);
-  if (size != nullptr && c->ValueKnown(k) && n_t != nullptr) {
+  if (c->ValueKnown(k) && n_t != nullptr) {
     const int64_t n = n_t->scalar<int64_t>()();
     if (n >= 0 && c->Value(k) <= n) {
-      c->set_output(0, c->Vector(size(n, c->Value(k))));
-      return absl::OkStatus();
+      const int64_t bytes = Codec::StaticPayloadBytes(n, c->Value(k));
+      if (bytes >= 0) {
+        c->set_output(0, c->Vector(bytes));
+        return absl::OkStatus();
+      }
     }
   }
   c->set_output(0, c->Vector(InferenceContext::kUnknownDim));
@@ -60,26 +60,41 @@ absl::Status DecodeShape(InferenceContext* c) {
   return absl::OkStatus();
 }
 
+// Registers a codec's encode op unless it registers its own
+// (Codec::kOwnEncodeOp), the way REGISTER_OP does (a builder finalized by
+// the registry, while the library loads).
+template <typename Codec>
+bool RegisterEncodeOp(const char* camel) {
+  if (Codec::kOwnEncodeOp) return false;
+  ::tensorflow::OpDefBuilder op(std::string("DeepReduce>IndexEncode") + camel);
+  op.Input("indices: Tidx")
+      .Input("universe_size: int64")
+      .Output("payload: uint8")
+      .Attr("Tidx: {int32, int64}")
+      .SetShapeFn(EncodeShape<Codec>);
+  ::tensorflow::OpRegistry::Global()->Register(
+      [op](::tensorflow::OpRegistrationData* data) { return op.Finalize(data); });
+  return true;
+}
+
+#define DR_REGISTER_INDEX_ENCODE_OP(name, Camel, id, kernels) \
+  [[maybe_unused]] const bool encode_op_##name =              \
+      RegisterEncodeOp<index::name::Codec>(#Camel);
+DR_INDEX_PAYLOAD_CODECS(DR_REGISTER_INDEX_ENCODE_OP)
+#undef DR_REGISTER_INDEX_ENCODE_OP
+
 }  // namespace
 
-#define DR_REGISTER_INDEX_CODEC_OPS(Codec, SIZE_FN)                     \
-  REGISTER_OP("DeepReduce>IndexEncode" #Codec)                          \
-      .Input("indices: Tidx")                                           \
-      .Input("universe_size: int64")                                    \
-      .Output("payload: uint8")                                         \
-      .Attr("Tidx: {int32, int64}")                                     \
-      .SetShapeFn([](InferenceContext* c) { return EncodeShape(c, SIZE_FN); }); \
-  REGISTER_OP("DeepReduce>IndexDecode" #Codec)                          \
-      .Input("payload: uint8")                                          \
-      .Output("indices: out_idx")                                       \
-      .Attr("out_idx: {int32, int64} = DT_INT64")                       \
-      .SetShapeFn(DecodeShape)
+#define DR_REGISTER_INDEX_DECODE_OP(name, Camel, id, kernels) \
+  REGISTER_OP("DeepReduce>IndexDecode" #Camel)                \
+      .Input("payload: uint8")                                \
+      .Output("indices: out_idx")                             \
+      .Attr("out_idx: {int32, int64} = DT_INT64")             \
+      .SetShapeFn(DecodeShape);
+DR_INDEX_PAYLOAD_CODECS(DR_REGISTER_INDEX_DECODE_OP)
+#undef DR_REGISTER_INDEX_DECODE_OP
 
-DR_REGISTER_INDEX_CODEC_OPS(Int32, Int32PayloadSize);
-DR_REGISTER_INDEX_CODEC_OPS(Bitmap, BitmapPayloadSize);
-DR_REGISTER_INDEX_CODEC_OPS(Rle, nullptr);
-#undef DR_REGISTER_INDEX_CODEC_OPS
-
+static_assert(index::golomb::Codec::kOwnEncodeOp, "golomb's encode op is registered here");
 REGISTER_OP("DeepReduce>IndexEncodeGolomb")
     .Input("indices: Tidx")
     .Input("universe_size: int64")
@@ -98,13 +113,7 @@ REGISTER_OP("DeepReduce>IndexEncodeGolomb")
             "giving the smallest payload) or a power of two in [16, 65536], got " +
             std::to_string(block_size));
       }
-      return EncodeShape(c, nullptr);
+      return EncodeShape<index::golomb::Codec>(c);
     });
-
-REGISTER_OP("DeepReduce>IndexDecodeGolomb")
-    .Input("payload: uint8")
-    .Output("indices: out_idx")
-    .Attr("out_idx: {int32, int64} = DT_INT64")
-    .SetShapeFn(DecodeShape);
 
 }  // namespace deepreduce

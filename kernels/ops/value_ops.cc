@@ -5,13 +5,23 @@
 // Every encoder takes a float32 vector of K values and returns one flat uint8
 // payload; polyfit and dexp also return perm (perm[i] = input position of the
 // i-th decoded value). Every decoder takes a payload and returns the K values.
+//
+// A codec of the table (kernels="value") whose struct does not set kOwnOps
+// (kernels/value/<name>.h) gets its op pair from the table:
+//   DeepReduce><Codec>Encode(values: float) -> payload: uint8
+//   DeepReduce><Codec>Decode(payload: uint8) -> values: float
+// The codecs with attributes, other inputs or outputs, or GPU kernels are
+// registered by hand below.
 #include <cstdint>
+#include <string>
 
 #include "kernels/value/dexp.h"
 #include "kernels/value/qsgd.h"
+#include "kernels/value/value_codecs.h"
 #include "kernels/value/value_format.h"
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/op_def_builder.h"
 #include "tensorflow/core/framework/shape_inference.h"
 
 namespace deepreduce {
@@ -67,6 +77,32 @@ absl::Status HalfDecodeShape(InferenceContext* c) {
   }
   return absl::OkStatus();
 }
+
+// Registers a codec's op pair unless it registers its own (Codec::kOwnOps),
+// the way REGISTER_OP does (builders finalized by the registry, while the
+// library loads).
+template <typename Codec>
+bool RegisterValueOps(const char* camel) {
+  if (Codec::kOwnOps) return false;
+  const std::string prefix = std::string("DeepReduce>") + camel;
+  ::tensorflow::OpDefBuilder encode(prefix + "Encode");
+  encode.Input("values: float").Output("payload: uint8").SetShapeFn([](InferenceContext* c) {
+    return UnknownPayload(c, false);
+  });
+  ::tensorflow::OpDefBuilder decode(prefix + "Decode");
+  decode.Input("payload: uint8").Output("values: float").SetShapeFn(DecodeShape);
+  for (const ::tensorflow::OpDefBuilder& op : {encode, decode}) {
+    ::tensorflow::OpRegistry::Global()->Register(
+        [op](::tensorflow::OpRegistrationData* data) { return op.Finalize(data); });
+  }
+  return true;
+}
+
+#define DR_REGISTER_VALUE_OPS(name, Camel, id, kernels) \
+  [[maybe_unused]] const bool value_ops_##name =        \
+      RegisterValueOps<value::name::Codec>(#Camel);
+DR_VALUE_PAYLOAD_CODECS(DR_REGISTER_VALUE_OPS)
+#undef DR_REGISTER_VALUE_OPS
 
 }  // namespace
 

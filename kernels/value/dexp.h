@@ -58,6 +58,11 @@ namespace deepreduce {
 namespace value {
 namespace dexp {
 
+// The codec's struct (value_format.h's CodecDefaults): ops and kernels of its own.
+struct Codec : CodecDefaults {
+  static constexpr bool kOwnOps = true;
+};
+
 constexpr int64_t kPayloadBytes = 56;
 // ln(FLT_MAX / 2) = 87.72...: two terms each below FLT_MAX / 2.
 constexpr double kMaxLogMagnitude = 87.7;

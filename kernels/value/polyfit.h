@@ -37,6 +37,11 @@ namespace deepreduce {
 namespace value {
 namespace polyfit {
 
+// The codec's struct (value_format.h's CodecDefaults): ops and kernels of its own.
+struct Codec : CodecDefaults {
+  static constexpr bool kOwnOps = true;
+};
+
 constexpr int kMaxDegree = kMaxCols - 1;
 constexpr int64_t kFixedBytes = 24;
 constexpr uint8_t kSegGeometric = 0;

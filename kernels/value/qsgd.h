@@ -28,10 +28,16 @@
 
 #include "kernels/common/hash.h"
 #include "kernels/common/platform.h"
+#include "kernels/value/value_format.h"
 
 namespace deepreduce {
 namespace value {
 namespace qsgd {
+
+// The codec's struct (value_format.h's CodecDefaults): ops and kernels of its own.
+struct Codec : CodecDefaults {
+  static constexpr bool kOwnOps = true;
+};
 
 constexpr int64_t kFixedBytes = 24;
 constexpr uint32_t kMaxLevels = 255;

@@ -79,6 +79,34 @@ DR_HOST_DEVICE void WriteHeader(uint8_t* p, uint8_t codec, uint64_t k) {
   PutU64(p + 8, k);
 }
 
+// The part of a codec's struct <name>::Codec (in kernels/value/<name>.h, one
+// per codec of the table with kernels="value") that the family's generated
+// registrations read; a codec's struct derives from this. By default a codec's
+// ops are DeepReduce><Camel>Encode(values: float) -> payload: uint8 and
+// DeepReduce><Camel>Decode(payload: uint8) -> values: float, with no
+// attributes, run by the family's generic CPU OpKernels (value_kernels.h) and
+// the fuzz harness's generic target over the struct's TF-free host code, K
+// values after the 16-byte header (WriteHeader):
+//   // The body's length for these K values, or the error for values the
+//   // format cannot hold (NaN/Inf in a lossy model).
+//   static ParseStatus BodyBytes(const float* v, int64_t k, uint64_t* bytes);
+//   static void EncodeBody(const float* v, int64_t k, uint8_t* body);
+//   // Before anything is allocated: can a body of `bytes` bytes hold k
+//   // values? (At most 8 per byte: the fuzz harness's allocation bound.)
+//   static ParseStatus CheckBody(uint64_t k, const uint8_t* body, uint64_t bytes);
+//   static ParseStatus DecodeBody(uint64_t k, const uint8_t* body, uint64_t bytes,
+//                                 float* out);
+//   // True if every payload it accepts re-encodes to exactly its bytes
+//   // (the fuzz harness checks it).
+//   static constexpr bool kCanonical = ...;
+// A codec whose ops take attributes, other inputs or outputs (polyfit, dexp,
+// qsgd, deflate) or run on the GPU (fp16, bf16) sets kOwnOps: its ops and
+// OpKernels are registered by hand in kernels/ops/value_ops.cc and
+// value_kernels*.cc, its fuzz target specializes FuzzValueCodec.
+struct CodecDefaults {
+  static constexpr bool kOwnOps = false;
+};
+
 // Finite test by bits: identical on host and device, immune to fast-math.
 DR_HOST_DEVICE bool IsFinite(float v) {
   uint32_t u;

@@ -27,6 +27,7 @@
 #include "kernels/value/value_args.h"
 #include "kernels/value/value_decode.h"
 #include "kernels/value/value_format.h"
+#include "kernels/value/value_codecs.h"
 #include "kernels/value/value_kernels.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
@@ -438,7 +439,7 @@ class DeflateEncodeOp : public OpKernel {
       zs.next_in = const_cast<Bytef*>(in + (raw - in_left));
       zs.avail_in = in_step;
       zs.avail_out = out_step;
-      rc = deflate(&zs, in_left == in_step ? Z_FINISH : Z_NO_FLUSH);
+      rc = ::deflate(&zs, in_left == in_step ? Z_FINISH : Z_NO_FLUSH);
       in_left -= in_step - zs.avail_in;
       out_left -= out_step - zs.avail_out;
       if (rc == Z_OK && out_left == 0) rc = Z_BUF_ERROR;
@@ -476,6 +477,81 @@ class DeflateDecodeOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ToAbsl(core::InflateValues(p, k, clen, out)));
   }
 };
+
+// ------------------------------------------------------------- generic --
+// The OpKernels of a codec of the table whose struct (kernels/value/<name>.h)
+// does not set kOwnOps: its TF-free host code on one thread, behind the
+// family's argument and header checks.
+
+template <typename Codec>
+class EncodeOp : public OpKernel {
+ public:
+  explicit EncodeOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& values_t = ctx->input(0);
+    OP_REQUIRES_OK(ctx, CheckValuesShape(values_t, CodecOf<Codec>::kName));
+    const int64_t k = values_t.NumElements();
+    const float* v = values_t.flat<float>().data();
+    uint64_t bytes = 0;
+    OP_REQUIRES_OK(ctx, ToAbsl(Codec::BodyBytes(v, k, &bytes)));
+    Tensor* payload_t = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(
+                            0, TensorShape({kHeaderBytes + static_cast<int64_t>(bytes)}),
+                            &payload_t));
+    uint8_t* p = payload_t->flat<uint8_t>().data();
+    WriteHeader(p, CodecOf<Codec>::kId, static_cast<uint64_t>(k));
+    Codec::EncodeBody(v, k, p + kHeaderBytes);
+  }
+};
+
+template <typename Codec>
+class DecodeOp : public OpKernel {
+ public:
+  explicit DecodeOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& payload = ctx->input(0);
+    uint64_t k;
+    OP_REQUIRES_OK(ctx, ParseHeader(payload, CodecOf<Codec>::kId, &k));
+    const uint8_t* body = payload.flat<uint8_t>().data() + kHeaderBytes;
+    const uint64_t bytes = static_cast<uint64_t>(payload.NumElements() - kHeaderBytes);
+    OP_REQUIRES_OK(ctx, ToAbsl(Codec::CheckBody(k, body, bytes)));
+    Tensor* out_t = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({static_cast<int64_t>(k)}), &out_t));
+    OP_REQUIRES_OK(ctx, ToAbsl(Codec::DecodeBody(k, body, bytes, out_t->flat<float>().data())));
+  }
+};
+
+// Registers a codec's generic CPU kernels unless it has its own
+// (Codec::kOwnOps), the way REGISTER_KERNEL_BUILDER does.
+template <typename Codec>
+bool RegisterGenericKernels(const char* camel) {
+  if constexpr (Codec::kOwnOps) {
+    return false;
+  } else {
+    const std::string prefix = std::string("DeepReduce>") + camel;
+    ::tensorflow::kernel_factory::OpKernelRegistrar(
+        ::tensorflow::register_kernel::Name((prefix + "Encode").c_str())
+            .Device(::tensorflow::DEVICE_CPU)
+            .Build(),
+        "deepreduce::value::EncodeOp",
+        [](OpKernelConstruction* ctx) -> OpKernel* { return new EncodeOp<Codec>(ctx); });
+    ::tensorflow::kernel_factory::OpKernelRegistrar(
+        ::tensorflow::register_kernel::Name((prefix + "Decode").c_str())
+            .Device(::tensorflow::DEVICE_CPU)
+            .Build(),
+        "deepreduce::value::DecodeOp",
+        [](OpKernelConstruction* ctx) -> OpKernel* { return new DecodeOp<Codec>(ctx); });
+    return true;
+  }
+}
+
+#define DR_REGISTER_VALUE_CPU(name, Camel, id, kernels) \
+  [[maybe_unused]] const bool value_kernels_##name =    \
+      RegisterGenericKernels<name::Codec>(#Camel);
+DR_VALUE_PAYLOAD_CODECS(DR_REGISTER_VALUE_CPU)
+#undef DR_REGISTER_VALUE_CPU
 
 #define REGISTER_SORTING_CPU(T)                                                      \
   REGISTER_KERNEL_BUILDER(                                                           \

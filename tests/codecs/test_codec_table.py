@@ -23,15 +23,18 @@ REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), os.pardir, o
 
 
 def test_the_table_holds_the_historic_ids_and_aliases():
+    # Never renumbered; a codec added to the table takes a new id.
     for kind in codec_table.KINDS:
-        assert codec_table.wire_ids(kind) == HISTORIC_IDS[kind]
-        assert codec_table.aliases(kind) == HISTORIC_ALIASES[kind]
-    assert index_ops.CODECS == ("int32", "bitmap", "rle", "golomb")
-    assert index_ops.CODEC_IDS == {"int32": 1, "bitmap": 2, "rle": 3, "golomb": 4}
-    assert index_ops.ALIASES == {"gr": "golomb", "rice": "golomb", "lossless": "golomb"}
-    assert value_ops.CODECS == ("polyfit", "dexp", "qsgd", "fp16", "bf16", "deflate")
-    assert value_ops.CODEC_IDS == {"polyfit": 1, "dexp": 2, "qsgd": 3, "fp16": 4, "bf16": 5,
-                                   "deflate": 6}
+        assert HISTORIC_IDS[kind].items() <= codec_table.wire_ids(kind).items()
+        assert HISTORIC_ALIASES[kind].items() <= codec_table.aliases(kind).items()
+    assert index_ops.CODECS[:4] == ("int32", "bitmap", "rle", "golomb")
+    assert index_ops.CODEC_IDS.items() >= {"int32": 1, "bitmap": 2, "rle": 3,
+                                           "golomb": 4}.items()
+    assert index_ops.ALIASES.items() >= {"gr": "golomb", "rice": "golomb",
+                                         "lossless": "golomb"}.items()
+    assert value_ops.CODECS[:6] == ("polyfit", "dexp", "qsgd", "fp16", "bf16", "deflate")
+    assert value_ops.CODEC_IDS.items() >= {"polyfit": 1, "dexp": 2, "qsgd": 3, "fp16": 4,
+                                           "bf16": 5, "deflate": 6}.items()
 
 
 def test_the_committed_header_is_generated_from_the_table():
@@ -43,8 +46,9 @@ def test_the_committed_header_is_generated_from_the_table():
 
 def test_a_stale_header_cannot_build(tmp_path, monkeypatch):
     """setup.py compiles nothing while the header differs from the table."""
-    (tmp_path / "kernels" / "common").mkdir(parents=True)
-    shutil.copy(f"{REPO_ROOT}/{codec_table.HEADER_PATH}", tmp_path / codec_table.HEADER_PATH)
+    for path in codec_table.generated_files():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(f"{REPO_ROOT}/{path}", tmp_path / path)
     assert codec_table.header_mismatch(str(tmp_path)) is None
     rows = list(codec_table.INDEX_CODECS)
     rows[4] = rows[4]._replace(wire_id=9)  # golomb

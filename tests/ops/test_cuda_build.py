@@ -25,10 +25,18 @@ from tensorflow.python.client import pywrap_tf_session
 from tensorflow.python.framework import kernels
 
 import deepreduce_tf
-from deepreduce_tf.ops import bloom
+from deepreduce_tf.ops import bloom, codec_table
 
 PREFIX = "DeepReduce>"
-INDEX_CODECS = ("Int32", "Bitmap", "Rle", "Golomb")
+# The index codecs' ops, from the codec table: with CUDA kernels where the
+# row says gpu=True (kernels/index/index_kernels_gpu.cc), else CPU only.
+INDEX_CODECS = tuple(codec_table.camel(r.name) for r in codec_table.rows("index", "index")
+                     if r.gpu)
+INDEX_CPU_CODECS = tuple(codec_table.camel(r.name) for r in codec_table.rows("index", "index")
+                         if not r.gpu)
+# The value codecs without CUDA kernels (gpu=False, e.g. deflate): CPU only.
+VALUE_CPU_CODECS = tuple(codec_table.camel(r.name) for r in codec_table.rows("value", "value")
+                         if not r.gpu)
 # Ops with a CUDA kernel (kernels/bloom/bloom_kernels_gpu.cc,
 # kernels/index/index_kernels_gpu.cc), and the inputs and outputs those
 # kernels keep in host memory.
@@ -70,11 +78,14 @@ GPU_OPS = {
 # compensation) likewise use TensorFlow's ops there (ops/fusion.py: _on_gpu;
 # tests/ops/test_gpu_placement.py checks the whole step's placement).
 CPU_ONLY_OPS = {PREFIX + "BloomFilterSelect", PREFIX + "BuildInfo",
-                PREFIX + "DeflateEncode", PREFIX + "DeflateDecode",
+                *(PREFIX + f"{codec}{op}" for codec in VALUE_CPU_CODECS
+                  for op in ("Encode", "Decode")),
                 PREFIX + "PayloadPack", PREFIX + "PayloadUnpack",
                 PREFIX + "PermEncode", PREFIX + "PermDecode",
                 PREFIX + "ScatterSum", PREFIX + "ScatterSubtract", PREFIX + "AllWithin",
-                PREFIX + "AddWithin"}
+                PREFIX + "AddWithin",
+                *(PREFIX + f"Index{op}{codec}" for codec in INDEX_CPU_CODECS
+                  for op in ("Encode", "Decode"))}
 # Ops whose CUDA kernels are not written yet (TensorFlow would place them on
 # the CPU). Empty: every op on a gradient's path has one. A new op without a
 # GPU kernel has to be listed here, or in CPU_ONLY_OPS, on purpose.

@@ -98,7 +98,7 @@ def decode(target, params, payload):
     return out, PER_BYTE * len(payload)
 
 
-PARAM_BYTES = {"container": 3, "perm": 5, "int32": 1, "bitmap": 1, "rle": 1, "golomb": 1,
+PARAM_BYTES = {"container": 3, "perm": 5, **{codec: 1 for codec in index_ops.CODECS},
                "bloom": 11, "polyfit": 2, "dexp": 2}
 
 
