@@ -179,7 +179,6 @@ def _define_general_flags(fv):
                          "Record a history point (loss, accuracy, bytes, time) every N steps. "
                          f"Default: about {HISTORY_POINTS} points per run (every step for runs "
                          f"of up to {HISTORY_POINTS} steps).", flag_values=fv)
-    # --- DeepReduce
     # --- DeepReduce: the compression flags of the library (deepreduce_tf.flags)
     dr_flags.define_flags(fv, codecs=False)
     # --- this command

@@ -86,7 +86,8 @@ def exchange_locally(exchanges, tensors, name=None, average=False):
         (bucket,) = plan.buckets
         sent = []
         for ex, t in zip(exchanges, tensors):
-            prep = ex.prepare_bucket(bucket, tf.reshape(t, [-1]), communicator.counts(ex),
+            (flat,) = ex.clip([tf.reshape(t, [-1])])
+            prep = ex.prepare_bucket(bucket, flat, communicator.counts(ex),
                                      communicator.checks_range)
             vectors, positions, outcome = communicator.encode_bucket(ex, bucket, prep)
             vectors[0] = guarded(vectors[0], *ex.commit(prep, outcome))

@@ -40,9 +40,8 @@ class Allreduce(Communicator):
         elif exchange.value_codec.name not in self.WIRE_DTYPES:
             problems.append(f"value codec {exchange.value_codec.name!r} is summable but has no "
                             f"wire dtype here (use {', '.join(self.WIRE_DTYPES)})")
-        if getattr(exchange, "warmup_steps", 0) or getattr(exchange, "clip_norm", None):
-            problems.append("warm-up and local clipping are implemented by the all-gather "
-                            "exchange only")
+        if getattr(exchange, "warmup_steps", 0):
+            problems.append("warm-up is implemented by the all-gather exchange only")
         if problems:
             raise ValueError("communicator 'allreduce' sums payloads element by element, but "
                              + "; ".join(problems) + ". Use communicator='allgather', which "

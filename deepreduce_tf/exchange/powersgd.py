@@ -28,7 +28,6 @@ Orthogonalisation runs on the summed P, the same bits everywhere: replicas
 and workers stay bit-identical. Factors are computed and travel in float32
 (float16 / bfloat16 gradients included).
 """
-import zlib
 
 import numpy as np
 import tensorflow as tf
@@ -37,7 +36,7 @@ from deepreduce_tf._checks import guarded
 from deepreduce_tf._variables import ensure_initialized
 from deepreduce_tf.accounting import ring_received
 from deepreduce_tf.codecs.base import Param
-from deepreduce_tf.compressor import BucketContext
+from deepreduce_tf.compressor import BucketContext, _key_seed
 from deepreduce_tf.exchange.base import Communicator, Transfer
 from deepreduce_tf.exchange.endpoint import Outcome
 from deepreduce_tf.memory import Sent
@@ -86,10 +85,6 @@ def orthogonalize(p):
         for j in range(i + 1, len(cols)):
             cols[j] = cols[j] - tf.reduce_sum(col * cols[j]) * col
     return tf.stack(out, axis=1)
-
-
-def _key_seed(key, seed):
-    return (zlib.crc32(key.encode()) ^ (seed * 0x9E3779B1)) & 0x7FFFFFFF
 
 
 class PowerSGD(Communicator):

@@ -195,3 +195,19 @@ def test_a_communicator_overrides_only_what_travels(rng):
         np.testing.assert_array_equal(residual.numpy(),
                                       flat - flat.astype(np.float16).astype(np.float32))
     assert ops.step_bytes()["sent_bytes"] == 2 * (40 * 50 + 64 * 16) + 4 * 30
+
+
+@pytest.mark.parametrize("communicator", ["allreduce", "allgather"])
+def test_each_worker_clips_before_the_sum(rng, communicator):
+    """clip_norm is part of the shared prepare: every communicator sums each
+    worker's gradient scaled to an L2 norm of at most clip_norm (numpy)."""
+    params = {"compressor": "none", "communicator": communicator, "memory": "none",
+              "clip_norm": 1.5, "min_size": 0}
+    workers = [dr.from_params(params) for _ in range(2)]
+    grads = [rng.normal(size=(30,)).astype(np.float32) * s for s in (0.1, 3.0)]
+    results, _ = communicators.exchange_locally(workers, [tf.constant(g) for g in grads],
+                                                name="v")
+    want = sum(g * min(1.0, 1.5 / np.linalg.norm(g)) for g in grads)
+    assert np.linalg.norm(grads[1]) > 1.5 > np.linalg.norm(grads[0])
+    for r in results:
+        np.testing.assert_allclose(r.numpy(), want, rtol=1e-5, atol=1e-6)

@@ -115,7 +115,7 @@ def test_local_clipping_scales_the_batch_to_the_global_norm(rng):
     ({"clip_norm": "big"}, "clip_norm must be a finite number > 0"),
     ({"memory": "dgc", "momentum": 1.0}, r"momentum must lie in \[0, 1\)"),
     ({"compressor": "randomk", "communicator": "allreduce", "warmup_steps": 2},
-     "warm-up and local clipping are implemented by the all-gather exchange only"),
+     "warm-up is implemented by the all-gather exchange only"),
 ])
 def test_bad_recipe_options_are_refused(params, match):
     with pytest.raises(ValueError, match=match):
