@@ -26,7 +26,7 @@ import tensorflow as tf
 from deepreduce_tf._checks import check, guarded
 
 from deepreduce_tf.codecs.base import AliasView, Codec, Param, REGISTRY, RegistryView, register
-from deepreduce_tf.ops import value as value_ops
+from deepreduce_tf.ops import codec_table, value as value_ops
 
 ValueEncoding = collections.namedtuple("ValueEncoding", ["section", "perm"])
 ValueEncoding.__doc__ = """section: uint8 vector; perm: int64 [K] for sorting
@@ -109,6 +109,40 @@ class _OpValue(ValueCodec):
         return _check_count(value_ops.decode(self.name, section, **kwargs), count, self.name)
 
 
+def table_param(codec, attr, key, help, aliases=()):  # pylint: disable=redefined-builtin
+    """The Param of a codec's encode-op attribute as its codec-table row
+    declares it (default and bounds): the from_params key and flag `key`."""
+    a = codec_table.attrs("value", codec)[attr]
+    return Param(key, int, a.default, arg=attr, low=a.low, high=a.high, help=help,
+                 aliases=tuple(aliases))
+
+
+class _TableValue(_OpValue):
+    """A codec of kernels/value's convention: its parameters are its table
+    row's attributes (each an attribute of the instance); a seeded row's
+    encoder gets the step's seed."""
+
+    def __init__(self, **attrs):
+        declared = codec_table.attrs("value", self.name)
+        unknown = sorted(set(attrs) - set(declared))
+        if unknown:
+            raise ValueError(f"value codec {self.name!r} has no parameter(s) "
+                             f"{', '.join(unknown)}; valid: {', '.join(declared) or 'none'}")
+        for n, a in declared.items():
+            setattr(self, n, value_ops._int_param(self.name, n, attrs.get(n, a.default),
+                                                   a.low, a.high))
+
+    def _params(self):
+        return {n: getattr(self, n) for n in codec_table.attrs("value", self.name)}
+
+    def encode(self, values, seed):
+        params = self._params()
+        if codec_table.row("value", self.name).seeded:
+            params["seed"] = seed
+        enc = value_ops.encode(self.name, values, **params)
+        return ValueEncoding(enc.payload, enc.perm if self.sorting else None)
+
+
 @register("fp16", summary="IEEE half (round to nearest even); NaN/Inf kept")
 class Fp16Value(_OpValue):
     max_abs = 65504.0  # the largest finite half: larger values would round to Inf
@@ -120,16 +154,11 @@ class Bf16Value(_OpValue):
 
 
 @register("deflate", lossless=True,
-          params=(Param("deflate_level", int, 6, arg="level", low=0, high=9,
-                        help="zlib compression level"),),
+          params=(table_param("deflate", "level", "deflate_level",
+                              help="zlib compression level"),),
           summary="zlib of the float32 bytes (lossless for float32, float16, bfloat16)")
-class DeflateValue(_OpValue):
-    def __init__(self, level=6):
-        value_ops._int_param("deflate", "level", level, 0, 9)
-        self.level = level
-
-    def _params(self):
-        return {"level": self.level}
+class DeflateValue(_TableValue):
+    pass
 
 
 @register("polyfit", sorting=True,

@@ -51,19 +51,30 @@ KINDS = ("index", "value")
 # the gradient's own dtype).
 # gpu: the codec's ops also have CUDA kernels (a CUDA build registers them on
 # the GPU); False: CPU kernels only, wherever the op is placed.
+# attrs (value codecs with kernels="value"): the integer attributes of the
+# codec's encode op, Attr(name, default, low, high), each a parameter of its
+# format that the generated op declares ("<name>: int = <default>"), the
+# generic kernel checks against [low, high] and hands the codec's encoder,
+# and deepreduce_tf.ops.value passes by name (at most MAX_ATTRS).
+# seeded: its encode op takes a scalar int64 `seed` input after the values
+# (stochastic rounding: the same seed, the same payload on every device).
 Codec = collections.namedtuple("Codec", ["kind", "name", "wire_id", "aliases", "kernels",
-                                         "wire_dtype", "gpu"])
+                                         "wire_dtype", "gpu", "attrs", "seeded"])
+Attr = collections.namedtuple("Attr", ["name", "default", "low", "high"])
+MAX_ATTRS = 4
 
 _KERNELS = {"index": (None, "index", "bloom"), "value": (None, "value")}
 _WIRE_DTYPES = (None, "gradient", "float16", "bfloat16")
 
 
 def _index(name, wire_id, aliases=(), kernels=None, gpu=False):
-    return Codec("index", name, wire_id, tuple(aliases), kernels, None, gpu)
+    return Codec("index", name, wire_id, tuple(aliases), kernels, None, gpu, (), False)
 
 
-def _value(name, wire_id, aliases=(), kernels=None, wire_dtype=None, gpu=False):
-    return Codec("value", name, wire_id, tuple(aliases), kernels, wire_dtype, gpu)
+def _value(name, wire_id, aliases=(), kernels=None, wire_dtype=None, gpu=False, attrs=(),
+           seeded=False):
+    return Codec("value", name, wire_id, tuple(aliases), kernels, wire_dtype, gpu,
+                 tuple(Attr(*a) for a in attrs), seeded)
 
 
 # --------------------------------------------------------------------------- the table
@@ -87,7 +98,7 @@ VALUE_CODECS = (
            gpu=True),
     _value("bf16", 5, aliases=("bfloat16",), kernels="value", wire_dtype="bfloat16",
            gpu=True),
-    _value("deflate", 6, aliases=("zlib", "gzip"), kernels="value"),
+    _value("deflate", 6, aliases=("zlib", "gzip"), kernels="value", attrs=[("level", 6, 0, 9)]),
 )
 
 # The decoder fuzz harness's targets that are not codecs (kernels/fuzz/
@@ -130,6 +141,12 @@ def wire_ids(kind, kernels=any):
 def aliases(kind, kernels=any):
     """{alias: name} of one kind."""
     return {a: r.name for r in rows(kind, kernels) for a in r.aliases}
+
+
+def attrs(kind, name):
+    """{attribute: Attr} of a codec's encode op (empty for most codecs)."""
+    r = row(kind, name)
+    return {} if r is None else {a.name: a for a in r.attrs}
 
 
 def wire_dtypes():
@@ -182,9 +199,33 @@ def check(table=None):
             if r.gpu not in (False, True) or (r.gpu and r.kernels is None):
                 raise ValueError(f"{kind} codec {r.name!r}: gpu must be True or False, and "
                                  f"True only for a codec with kernels, got {r.gpu!r}")
+            _check_attrs(r)
     targets = FUZZ_EXTRA_TARGETS + tuple(r.name for r in table if r.kernels is not None)
     if len(set(targets)) != len(targets):
         raise ValueError(f"fuzz target names must be unique: {targets}")
+
+
+def _check_attrs(r):
+    where = f"{r.kind} codec {r.name!r}"
+    if r.seeded not in (False, True):
+        raise ValueError(f"{where}: seeded must be True or False, got {r.seeded!r}")
+    if (r.attrs or r.seeded) and r.kernels != "value":
+        raise ValueError(f"{where}: attrs and seeded are read by the generic kernels of "
+                         "kernels/value only (kernels='value')")
+    if len(r.attrs) > MAX_ATTRS:
+        raise ValueError(f"{where}: at most {MAX_ATTRS} attrs, got {len(r.attrs)}")
+    seen = {"values", "seed", "payload", "name"}
+    for a in r.attrs:
+        if not isinstance(a.name, str) or not a.name.isidentifier() or a.name != a.name.lower() \
+                or a.name in seen:
+            raise ValueError(f"{where}: attr name {a.name!r} must be a new lower-case "
+                             "identifier (not values, seed, payload or name)")
+        seen.add(a.name)
+        bounds = (a.default, a.low, a.high)
+        if any(isinstance(v, bool) or not isinstance(v, int) or abs(v) >= 1 << 62
+               for v in bounds) or not a.low <= a.default <= a.high:
+            raise ValueError(f"{where}: attr {a.name!r} needs integers low <= default <= "
+                             f"high, got {bounds}")
 
 
 # --------------------------------------------------------------------------- C++ header
@@ -250,6 +291,8 @@ def family_header_text(family):
            f"// {family}::<name>::Codec (docs/codecs.md, \"Adding a codec\").",
            f"#ifndef {guard}", f"#define {guard}", "", "#include <cstdint>", "",
            '#include "kernels/common/codec_table.h"']
+    if family == "value":
+        out += ['#include "kernels/value/value_format.h"']
     out += [f'#include "kernels/{family}/{r.name}.h"' for r in rows(family, family)]
     k = family.upper()
     out += ["", "namespace deepreduce {", f"namespace {family} {{", "",
@@ -262,8 +305,30 @@ def family_header_text(family):
     width = max(len(line) for line in body) + 1
     out += [line.ljust(width) + "\\" for line in body] + ["  };"]
     out += [f"DR_{k}_PAYLOAD_CODECS(DR_{k}_CODEC_OF)",
-            f"#undef DR_{k}_CODEC_OF", "",
-            f"}}  // namespace {family}", "}  // namespace deepreduce", "",
+            f"#undef DR_{k}_CODEC_OF", ""]
+    if family == "value":
+        out += ["// The table's encode-op attributes and seed input of a codec's struct:",
+                "// OpArgsOf<<name>::Codec>::kNumAttrs, ::kAttrs (value_format.h's IntAttr),",
+                "// ::kSeeded. Only the codecs with attrs or a seed are listed.",
+                f"static_assert(kMaxAttrs == {MAX_ATTRS}, \"codec_table.MAX_ATTRS\");",
+                "template <typename Codec>",
+                "struct OpArgsOf {",
+                "  static constexpr int kNumAttrs = 0;",
+                "  static constexpr IntAttr kAttrs[kMaxAttrs] = {};",
+                "  static constexpr bool kSeeded = false;",
+                "};"]
+        for r in rows(family, family):
+            if not (r.attrs or r.seeded):
+                continue
+            listed = ", ".join(f'{{"{a.name}", {a.default}, {a.low}, {a.high}}}'
+                               for a in r.attrs)
+            out += ["template <>", f"struct OpArgsOf<{r.name}::Codec> {{",
+                    f"  static constexpr int kNumAttrs = {len(r.attrs)};",
+                    f"  static constexpr IntAttr kAttrs[kMaxAttrs] = {{{listed}}};",
+                    f"  static constexpr bool kSeeded = {'true' if r.seeded else 'false'};",
+                    "};"]
+        out += [""]
+    out += [f"}}  // namespace {family}", "}  // namespace deepreduce", "",
             f"#endif  // {guard}", ""]
     return "\n".join(out)
 

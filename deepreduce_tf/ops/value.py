@@ -60,8 +60,15 @@ _ENCODE_PARAMS = {
     "dexp": {"out_idx": tf.int64},
     "qsgd": {"bits": None, "levels": None, "bucket_size": 512, "seed": 0,
              "out_idx": tf.int64},
-    "deflate": {"level": 6, "out_idx": tf.int64},
 }
+# The codecs of the family's convention (generated ops): their parameters are
+# their table row's attributes (with its defaults) and, if seeded, `seed`.
+for _row in codec_table.rows("value", kernels="value"):
+    if _row.attrs or _row.seeded:
+        _ENCODE_PARAMS[_row.name] = {**{a.name: a.default for a in _row.attrs},
+                                     **({"seed": 0} if _row.seeded else {}),
+                                     "out_idx": tf.int64}
+del _row
 _DECODE_PARAMS = {
     "polyfit": {"max_values": None},
     "dexp": {"max_values": None},
@@ -120,6 +127,17 @@ def _int_param(codec, name, value, lo, hi):
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
         raise ValueError(f"{codec}: {name} must be an integer in [{lo}, {hi}], got {value!r}")
     return value
+
+
+def _seed_tensor(codec, seed):
+    """An int (any 64 bits) or an integer scalar tensor -> an int64 scalar."""
+    if isinstance(seed, int) and not isinstance(seed, bool):
+        return tf.bitcast(tf.constant(seed & ((1 << 64) - 1), tf.uint64), tf.int64)
+    seed = tf.convert_to_tensor(seed)
+    if not seed.dtype.is_integer or (seed.shape.rank not in (None, 0)):
+        raise ValueError(f"{codec}: seed must be an int or an integer scalar tensor, "
+                         f"got {seed!r}")
+    return tf.cast(seed, tf.int64)
 
 
 def _out_idx(codec, dtype):
@@ -192,22 +210,15 @@ def encode(codec, values, **params):
     if codec == "qsgd":
         levels = qsgd_levels(p["bits"], p["levels"])
         bucket = _int_param(codec, "bucket_size", p["bucket_size"], 1, 1 << 30)
-        seed = p["seed"]
-        if isinstance(seed, int) and not isinstance(seed, bool):
-            seed = tf.constant(seed & ((1 << 64) - 1), tf.uint64)
-            seed = tf.bitcast(seed, tf.int64)
-        else:
-            seed = tf.convert_to_tensor(seed)
-            if not seed.dtype.is_integer or (seed.shape.rank not in (None, 0)):
-                raise ValueError(f"qsgd: seed must be an int or an integer scalar tensor, "
-                                 f"got {seed!r}")
-            seed = tf.cast(seed, tf.int64)
-        payload = ops.deep_reduce_qsgd_encode(values, seed, levels=levels, bucket_size=bucket)
-    elif codec == "deflate":
-        payload = ops.deep_reduce_deflate_encode(
-            values, level=_int_param(codec, "level", p["level"], 0, 9))
+        payload = ops.deep_reduce_qsgd_encode(values, _seed_tensor(codec, p["seed"]),
+                                              levels=levels, bucket_size=bucket)
     else:
-        payload = getattr(ops, f"deep_reduce_{codec}_encode")(values)
+        # The convention's generated op: values[, seed] and the row's attributes.
+        row = codec_table.row("value", codec)
+        attrs = {a.name: _int_param(codec, a.name, p[a.name], a.low, a.high)
+                 for a in row.attrs}
+        seed = (_seed_tensor(codec, p["seed"]),) if row.seeded else ()
+        payload = getattr(ops, f"deep_reduce_{codec}_encode")(values, *seed, **attrs)
     return Encoded(payload, tf.range(tf.size(values, out_type=out_idx), dtype=out_idx))
 
 

@@ -70,7 +70,6 @@
 #include "kernels/index/rle.h"
 #include "kernels/payload/payload_format.h"
 #include "kernels/payload/payload_parse.h"
-#include "kernels/value/deflate_decode.h"
 #include "kernels/value/dexp.h"
 #include "kernels/value/halfcast.h"
 #include "kernels/value/qsgd.h"
@@ -519,18 +518,33 @@ void FuzzValueCodec(Reader r) {
   const uint8_t* body = r.p + value::kHeaderBytes;
   const uint64_t have = static_cast<uint64_t>(size - value::kHeaderBytes);
   if (!Ok(Codec::CheckBody(k, body, have))) return;
-  CheckBound(name, k, kPerByte * r.left);
+  CheckBound(name, k, Codec::kValuesPerByte * r.left + 16);
   std::vector<float> out(k);
   if (!Ok(Codec::DecodeBody(k, body, have, out.data()))) return;
-  if (!Codec::kCanonical) return;
-  uint64_t bytes = 0;
-  if (!Codec::BodyBytes(out.data(), static_cast<int64_t>(k), &bytes).ok()) {
-    Fail(std::string(name) + ": the values of an accepted payload cannot be encoded again");
+  if constexpr (Codec::kCanonical) {
+    using Args = value::OpArgsOf<Codec>;
+    value::EncodeArgs args;
+    if constexpr (Args::kNumAttrs > 0 || Args::kSeeded) {
+      if (!Codec::ArgsOf(k, body, have, &args)) {
+        Fail(std::string(name) + ": ArgsOf cannot read the arguments of an accepted payload");
+      }
+    }
+    uint64_t capacity = 0;
+    if (!Codec::BodyBytes(out.data(), static_cast<int64_t>(k), args, &capacity).ok()) {
+      Fail(std::string(name) + ": the values of an accepted payload cannot be encoded again");
+    }
+    std::vector<uint8_t> again(value::kHeaderBytes + capacity);
+    value::WriteHeader(again.data(), codec, k);
+    uint64_t written = 0;
+    if (!Codec::EncodeBody(out.data(), static_cast<int64_t>(k), args,
+                           again.data() + value::kHeaderBytes, capacity, &written)
+             .ok() ||
+        written > capacity) {
+      Fail(std::string(name) + ": the values of an accepted payload cannot be encoded again");
+    }
+    again.resize(value::kHeaderBytes + written);
+    CheckSame(name, again, r.p, r.left);
   }
-  std::vector<uint8_t> again(value::kHeaderBytes + bytes);
-  value::WriteHeader(again.data(), codec, k);
-  Codec::EncodeBody(out.data(), static_cast<int64_t>(k), again.data() + value::kHeaderBytes);
-  CheckSame(name, again, r.p, r.left);
 }
 
 template <>
@@ -628,16 +642,6 @@ void FuzzValueCodec<value::fp16::Codec>(Reader r) { FuzzHalf<value::kCodecFp16>(
 template <>
 void FuzzValueCodec<value::bf16::Codec>(Reader r) { FuzzHalf<value::kCodecBf16>(r); }
 
-template <>
-void FuzzValueCodec<value::deflate::Codec>(Reader r) {
-  const int64_t size = static_cast<int64_t>(r.left);
-  uint64_t k, clen;
-  if (!Ok(value::core::ParseHeaderBytes(r.p, size, value::kCodecDeflate, &k))) return;
-  if (!Ok(value::core::ParseDeflateFixed(r.p, size, k, &clen))) return;
-  CheckBound("deflate", 4 * k, value::kDeflateMaxRatio * r.left + 64);
-  std::vector<float> out(k);
-  Ok(value::core::InflateValues(r.p, k, clen, reinterpret_cast<uint8_t*>(out.data())));
-}
 
 // Fuzz<Camel>() of every codec with kernels="value" in the table.
 #define DR_FUZZ_VALUE_CODEC(name, Camel, id, kernels) \

@@ -7,11 +7,12 @@
 // i-th decoded value). Every decoder takes a payload and returns the K values.
 //
 // A codec of the table (kernels="value") whose struct does not set kOwnOps
-// (kernels/value/<name>.h) gets its op pair from the table:
-//   DeepReduce><Codec>Encode(values: float) -> payload: uint8
+// (kernels/value/<name>.h; deflate) gets its op pair from the table:
+//   DeepReduce><Codec>Encode(values: float[, seed: int64]) -> payload: uint8
+//       with one "<attr>: int = <default>" per attribute of its row
 //   DeepReduce><Codec>Decode(payload: uint8) -> values: float
-// The codecs with attributes, other inputs or outputs, or GPU kernels are
-// registered by hand below.
+// The codecs with other inputs or outputs, or GPU kernels, are registered by
+// hand below.
 #include <cstdint>
 #include <string>
 
@@ -84,11 +85,22 @@ absl::Status HalfDecodeShape(InferenceContext* c) {
 template <typename Codec>
 bool RegisterValueOps(const char* camel) {
   if (Codec::kOwnOps) return false;
+  using Args = value::OpArgsOf<Codec>;
   const std::string prefix = std::string("DeepReduce>") + camel;
   ::tensorflow::OpDefBuilder encode(prefix + "Encode");
-  encode.Input("values: float").Output("payload: uint8").SetShapeFn([](InferenceContext* c) {
+  encode.Input("values: float");
+  if (Args::kSeeded) encode.Input("seed: int64");
+  encode.Output("payload: uint8").SetShapeFn([](InferenceContext* c) -> absl::Status {
+    if (Args::kSeeded) {
+      ShapeHandle seed;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 0, &seed));
+    }
     return UnknownPayload(c, false);
   });
+  for (int i = 0; i < Args::kNumAttrs; ++i) {
+    encode.Attr(std::string(Args::kAttrs[i].name) + ": int = " +
+                std::to_string(Args::kAttrs[i].default_value));
+  }
   ::tensorflow::OpDefBuilder decode(prefix + "Decode");
   decode.Input("payload: uint8").Output("values: float").SetShapeFn(DecodeShape);
   for (const ::tensorflow::OpDefBuilder& op : {encode, decode}) {
@@ -197,16 +209,5 @@ REGISTER_OP("DeepReduce>Bf16Decode")
     .Input("payload: uint8")
     .Output("values: float")
     .SetShapeFn(HalfDecodeShape);
-
-REGISTER_OP("DeepReduce>DeflateEncode")
-    .Input("values: float")
-    .Output("payload: uint8")
-    .Attr("level: int = 6")
-    .SetShapeFn([](InferenceContext* c) { return UnknownPayload(c, false); });
-
-REGISTER_OP("DeepReduce>DeflateDecode")
-    .Input("payload: uint8")
-    .Output("values: float")
-    .SetShapeFn(DecodeShape);
 
 }  // namespace deepreduce

@@ -1,6 +1,6 @@
 // Argument and payload validation of the value codecs, for their OpKernels
 // (value_kernels.h, one class per op for the CPU and the GPU) and the
-// CPU-only deflate kernels, so that every device rejects the same input with
+// generic kernels of the convention (value_kernels.cc), so that every device rejects the same input with
 // the same InvalidArgumentError text.
 //
 // The payload parsers work on host bytes: on the CPU the tensor's buffer, on

@@ -1,5 +1,5 @@
 // TensorFlow-free payload parsers and per-range decoders of the value codecs
-// (polyfit, dexp, qsgd, fp16, bf16; deflate is in deflate_decode.h): the
+// (polyfit, dexp, qsgd, fp16, bf16; deflate follows the convention, deflate.h): the
 // code the CPU kernels (value_kernels.cc) run, also compiled without TF by
 // the fuzz harness (kernels/fuzz/). Parsers check a payload held in host
 // memory and return ParseStatus with the text of the kernels'

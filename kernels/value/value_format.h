@@ -10,8 +10,8 @@
 //   4       4     flags, must be 0 (reserved)
 //   8       8     K, the number of values (uint64)
 //   16      ...   codec-specific fixed fields and sections (see each codec's
-//                 header: polyfit.h, dexp.h, qsgd.h, halfcast.h, and
-//                 value_kernels.cc for deflate)
+//                 header: polyfit.h, dexp.h, qsgd.h, halfcast.h,
+//                 deflate.h)
 //
 // Every decoder recomputes the exact payload size from the header fields and
 // requires it to equal the buffer size, so truncated or extended payloads are
@@ -79,32 +79,63 @@ DR_HOST_DEVICE void WriteHeader(uint8_t* p, uint8_t codec, uint64_t k) {
   PutU64(p + 8, k);
 }
 
+// An integer attribute of a codec's encode op, declared in the codec table
+// (deepreduce_tf/ops/codec_table.py, attrs=[(name, default, low, high)]) and
+// generated into value_codecs.h's OpArgsOf<Codec>.
+struct IntAttr {
+  const char* name;
+  int64_t default_value;
+  int64_t low;
+  int64_t high;
+};
+constexpr int kMaxAttrs = 4;
+
+// What the generic encode kernel hands a codec's encoder: its attributes in
+// the table's order (checked against [low, high]) and the seed input (0 for
+// a codec without one).
+struct EncodeArgs {
+  int64_t attr[kMaxAttrs] = {};
+  uint64_t seed = 0;
+};
+
 // The part of a codec's struct <name>::Codec (in kernels/value/<name>.h, one
 // per codec of the table with kernels="value") that the family's generated
 // registrations read; a codec's struct derives from this. By default a codec's
-// ops are DeepReduce><Camel>Encode(values: float) -> payload: uint8 and
-// DeepReduce><Camel>Decode(payload: uint8) -> values: float, with no
-// attributes, run by the family's generic CPU OpKernels (value_kernels.h) and
-// the fuzz harness's generic target over the struct's TF-free host code, K
-// values after the 16-byte header (WriteHeader):
-//   // The body's length for these K values, or the error for values the
-//   // format cannot hold (NaN/Inf in a lossy model).
-//   static ParseStatus BodyBytes(const float* v, int64_t k, uint64_t* bytes);
-//   static void EncodeBody(const float* v, int64_t k, uint8_t* body);
+// ops are generated from its table row:
+//   DeepReduce><Camel>Encode(values: float[, seed: int64]) -> payload: uint8
+//       with one attribute "<name>: int = <default>" per row attr
+//   DeepReduce><Camel>Decode(payload: uint8) -> values: float
+// run by the family's generic CPU OpKernels (value_kernels.cc) and the fuzz
+// harness's generic target over the struct's TF-free host code, K values
+// after the 16-byte header (WriteHeader):
+//   // The bytes to reserve for the body of these K values: its exact length
+//   // or a bound (a compressor's), or the error for values the format cannot
+//   // hold (NaN/Inf in a lossy model).
+//   static ParseStatus BodyBytes(const float* v, int64_t k, const EncodeArgs& a,
+//                                uint64_t* bytes);
+//   // Writes the body into those `capacity` bytes; *written: its length.
+//   static ParseStatus EncodeBody(const float* v, int64_t k, const EncodeArgs& a,
+//                                 uint8_t* body, uint64_t capacity, uint64_t* written);
 //   // Before anything is allocated: can a body of `bytes` bytes hold k
-//   // values? (At most 8 per byte: the fuzz harness's allocation bound.)
+//   // values? (At most kValuesPerByte per byte, plus 16: the fuzz harness's
+//   // allocation bound.)
 //   static ParseStatus CheckBody(uint64_t k, const uint8_t* body, uint64_t bytes);
 //   static ParseStatus DecodeBody(uint64_t k, const uint8_t* body, uint64_t bytes,
 //                                 float* out);
-//   // True if every payload it accepts re-encodes to exactly its bytes
-//   // (the fuzz harness checks it).
+//   // True if every payload it accepts re-encodes to exactly its bytes (the
+//   // fuzz harness checks it, with the arguments ArgsOf reads from the body:
+//   // static bool ArgsOf(uint64_t k, const uint8_t* body, uint64_t bytes,
+//   //                    EncodeArgs* a); needed only by a canonical codec with
+//   // attributes or a seed).
 //   static constexpr bool kCanonical = ...;
-// A codec whose ops take attributes, other inputs or outputs (polyfit, dexp,
-// qsgd, deflate) or run on the GPU (fp16, bf16) sets kOwnOps: its ops and
-// OpKernels are registered by hand in kernels/ops/value_ops.cc and
-// value_kernels*.cc, its fuzz target specializes FuzzValueCodec.
+// A codec whose ops take other inputs or outputs (polyfit, dexp: perm; qsgd:
+// the seed and its attributes before this convention had them) or run on the
+// GPU (fp16, bf16, polyfit, dexp, qsgd) sets kOwnOps: its ops and OpKernels are
+// registered by hand in kernels/ops/value_ops.cc and value_kernels*.cc, its
+// fuzz target specializes FuzzValueCodec.
 struct CodecDefaults {
   static constexpr bool kOwnOps = false;
+  static constexpr uint64_t kValuesPerByte = 8;
 };
 
 // Finite test by bits: identical on host and device, immune to fast-math.

@@ -1,10 +1,11 @@
-// CPU kernels of the value codecs (polyfit, dexp, qsgd, fp16, bf16, deflate):
-// the CPU functors of the OpKernels that are shared with the GPU
-// (value_kernels.h), the CPU-only deflate kernels, and the CPU
-// registrations. Per-element and per-segment logic comes from the codec
-// headers and is shared with CUDA code; this file adds sorting, threading
-// and deflate. Every decoder checks the header and every length against the
-// buffer it holds before reading a section.
+// CPU kernels of the value codecs: the CPU functors of the OpKernels that are
+// shared with the GPU (value_kernels.h: polyfit, dexp, qsgd, fp16, bf16), the
+// generic OpKernels of the codecs that follow the family's convention
+// (deflate: value_format.h's CodecDefaults), and the CPU registrations.
+// Per-element and per-segment logic comes from the codec headers and is
+// shared with CUDA code; this file adds sorting and threading. Every decoder
+// checks the header and every length against the buffer it holds before
+// reading a section.
 #include <algorithm>
 #include <atomic>
 #include <cfloat>
@@ -18,7 +19,6 @@
 #include "kernels/common/cpu_parallel.h"
 #include "kernels/common/devices.h"
 #include "kernels/common/parse_status_tf.h"
-#include "kernels/value/deflate_decode.h"
 #include "kernels/value/dexp.h"
 #include "kernels/value/halfcast.h"
 #include "kernels/value/lsq.h"
@@ -397,112 +397,66 @@ struct SortDescending<CpuDevice, Tidx> {
 
 namespace {
 
-// ------------------------------------------------------------- deflate --
-// Payload layout: deflate_decode.h.
-
-class DeflateEncodeOp : public OpKernel {
- public:
-  explicit DeflateEncodeOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("level", &level_));
-    OP_REQUIRES(ctx, level_ >= 0 && level_ <= 9,
-                Invalid("level must lie in [0, 9], got " + std::to_string(level_)));
-  }
-
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& values_t = ctx->input(0);
-    OP_REQUIRES_OK(ctx, CheckValues(ctx, values_t, "deflate", false));
-    const int64_t k = values_t.NumElements();
-    const uint64_t raw = 4 * static_cast<uint64_t>(k);
-    // One stream, fed in pieces of at most 1 GiB (zlib's counters are 32-bit).
-    z_stream zs;
-    std::memset(&zs, 0, sizeof(zs));
-    OP_REQUIRES(ctx, deflateInit(&zs, level_) == Z_OK,
-                absl::InternalError("deflate: zlib deflateInit failed"));
-    const uint64_t bound = deflateBound(&zs, raw) + 64;
-    Tensor buf_t;
-    absl::Status st = ctx->allocate_temp(
-        tensorflow::DT_UINT8, TensorShape({static_cast<int64_t>(kDeflateFixedBytes + bound)}),
-        &buf_t);
-    if (!st.ok()) {
-      deflateEnd(&zs);
-      ctx->CtxFailure(st);
-      return;
-    }
-    uint8_t* out = buf_t.flat<uint8_t>().data();
-    const uint8_t* in = reinterpret_cast<const uint8_t*>(values_t.flat<float>().data());
-    uint64_t in_left = raw, out_left = bound;
-    zs.next_out = out + kDeflateFixedBytes;
-    int rc = Z_OK;
-    while (rc == Z_OK) {
-      const uInt in_step = static_cast<uInt>(std::min<uint64_t>(in_left, 1u << 30));
-      const uInt out_step = static_cast<uInt>(std::min<uint64_t>(out_left, 1u << 30));
-      zs.next_in = const_cast<Bytef*>(in + (raw - in_left));
-      zs.avail_in = in_step;
-      zs.avail_out = out_step;
-      rc = ::deflate(&zs, in_left == in_step ? Z_FINISH : Z_NO_FLUSH);
-      in_left -= in_step - zs.avail_in;
-      out_left -= out_step - zs.avail_out;
-      if (rc == Z_OK && out_left == 0) rc = Z_BUF_ERROR;
-    }
-    const uint64_t clen = bound - out_left;
-    deflateEnd(&zs);
-    OP_REQUIRES(ctx, rc == Z_STREAM_END,
-                absl::InternalError("deflate: zlib failed with code " + std::to_string(rc)));
-    WriteHeader(out, kCodecDeflate, static_cast<uint64_t>(k));
-    std::memset(out + 16, 0, 8);
-    PutU8(out + 16, static_cast<uint8_t>(level_));
-    PutU64(out + 24, clen);
-    // The payload is a prefix of the scratch buffer: no copy.
-    ctx->set_output(0, buf_t.Slice(0, static_cast<int64_t>(kDeflateFixedBytes + clen)));
-  }
-
- private:
-  int level_;
-};
-
-class DeflateDecodeOp : public OpKernel {
- public:
-  explicit DeflateDecodeOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
-
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& payload = ctx->input(0);
-    uint64_t k;
-    OP_REQUIRES_OK(ctx, ParseHeader(payload, kCodecDeflate, &k));
-    const uint8_t* p = payload.flat<uint8_t>().data();
-    uint64_t clen;
-    OP_REQUIRES_OK(ctx, ToAbsl(core::ParseDeflateFixed(p, payload.NumElements(), k, &clen)));
-    Tensor* out_t = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({static_cast<int64_t>(k)}), &out_t));
-    uint8_t* out = k > 0 ? reinterpret_cast<uint8_t*>(out_t->flat<float>().data()) : nullptr;
-    OP_REQUIRES_OK(ctx, ToAbsl(core::InflateValues(p, k, clen, out)));
-  }
-};
-
 // ------------------------------------------------------------- generic --
 // The OpKernels of a codec of the table whose struct (kernels/value/<name>.h)
 // does not set kOwnOps: its TF-free host code on one thread, behind the
-// family's argument and header checks.
+// family's argument and header checks; the encoder's attributes and seed are
+// the table's (value_codecs.h's OpArgsOf), checked here.
 
 template <typename Codec>
 class EncodeOp : public OpKernel {
  public:
-  explicit EncodeOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+  using Args = OpArgsOf<Codec>;
+
+  explicit EncodeOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    for (int i = 0; i < Args::kNumAttrs; ++i) {
+      const IntAttr& attr = Args::kAttrs[i];
+      int64_t v;
+      OP_REQUIRES_OK(ctx, ctx->GetAttr(attr.name, &v));
+      OP_REQUIRES(ctx, v >= attr.low && v <= attr.high,
+                  Invalid(std::string(CodecOf<Codec>::kName) + ": " + attr.name +
+                          " must lie in [" + std::to_string(attr.low) + ", " +
+                          std::to_string(attr.high) + "], got " + std::to_string(v)));
+      args_.attr[i] = v;
+    }
+  }
 
   void Compute(OpKernelContext* ctx) override {
+    const char* name = CodecOf<Codec>::kName;
     const Tensor& values_t = ctx->input(0);
-    OP_REQUIRES_OK(ctx, CheckValuesShape(values_t, CodecOf<Codec>::kName));
+    OP_REQUIRES_OK(ctx, CheckValuesShape(values_t, name));
+    EncodeArgs args = args_;
+    if constexpr (Args::kSeeded) {
+      const Tensor& seed_t = ctx->input(1);
+      OP_REQUIRES(ctx, tensorflow::TensorShapeUtils::IsScalar(seed_t.shape()),
+                  Invalid(std::string(name) + ": seed must be a scalar, got shape " +
+                          seed_t.shape().DebugString()));
+      args.seed = static_cast<uint64_t>(seed_t.scalar<int64_t>()());
+    }
     const int64_t k = values_t.NumElements();
     const float* v = values_t.flat<float>().data();
-    uint64_t bytes = 0;
-    OP_REQUIRES_OK(ctx, ToAbsl(Codec::BodyBytes(v, k, &bytes)));
-    Tensor* payload_t = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(
-                            0, TensorShape({kHeaderBytes + static_cast<int64_t>(bytes)}),
-                            &payload_t));
-    uint8_t* p = payload_t->flat<uint8_t>().data();
+    uint64_t capacity = 0;
+    OP_REQUIRES_OK(ctx, ToAbsl(Codec::BodyBytes(v, k, args, &capacity)));
+    // The body goes to a scratch buffer of `capacity` bytes (exact, or a
+    // bound); the payload is its prefix: no copy either way.
+    Tensor buf_t;
+    OP_REQUIRES_OK(ctx, ctx->allocate_temp(
+                            tensorflow::DT_UINT8,
+                            TensorShape({kHeaderBytes + static_cast<int64_t>(capacity)}), &buf_t));
+    uint8_t* p = buf_t.flat<uint8_t>().data();
     WriteHeader(p, CodecOf<Codec>::kId, static_cast<uint64_t>(k));
-    Codec::EncodeBody(v, k, p + kHeaderBytes);
+    uint64_t written = 0;
+    OP_REQUIRES_OK(ctx, ToAbsl(Codec::EncodeBody(v, k, args, p + kHeaderBytes, capacity,
+                                                 &written)));
+    OP_REQUIRES(ctx, written <= capacity,
+                absl::InternalError(std::string(name) + ": the encoder wrote " +
+                                    std::to_string(written) + " bytes into " +
+                                    std::to_string(capacity)));
+    ctx->set_output(0, buf_t.Slice(0, kHeaderBytes + static_cast<int64_t>(written)));
   }
+
+ private:
+  EncodeArgs args_;
 };
 
 template <typename Codec>
@@ -579,8 +533,6 @@ DR_REGISTER_CPU("Fp16Encode", HalfEncodeOp<CpuDevice, kCodecFp16>);
 DR_REGISTER_CPU("Fp16Decode", HalfDecodeOp<CpuDevice, kCodecFp16>);
 DR_REGISTER_CPU("Bf16Encode", HalfEncodeOp<CpuDevice, kCodecBf16>);
 DR_REGISTER_CPU("Bf16Decode", HalfDecodeOp<CpuDevice, kCodecBf16>);
-DR_REGISTER_CPU("DeflateEncode", DeflateEncodeOp);
-DR_REGISTER_CPU("DeflateDecode", DeflateDecodeOp);
 #undef DR_REGISTER_CPU
 
 }  // namespace

@@ -1,6 +1,6 @@
 // The OpKernels of the value codecs that run on the CPU and the GPU (fp16,
-// bf16, qsgd, polyfit, dexp; deflate is CPU-only and stays in
-// value_kernels.cc), one class per op for every device
+// bf16, qsgd, polyfit, dexp; deflate follows the family's convention, with
+// generic CPU kernels in value_kernels.cc), one class per op for every device
 // (kernels/common/devices.h). Attribute, argument and header checks, payload
 // sizing, the polyfit plan, output allocation and every message are this
 // file's (the parsers: value_args.h and the TF-free value_decode.h); the

@@ -75,6 +75,27 @@ def test_a_malformed_table_is_refused(change, match):
         codec_table.check(rows)
 
 
+A = codec_table.Attr
+
+
+@pytest.mark.parametrize("change,match", [
+    (lambda r: r._replace(attrs=(A("level", 10, 0, 9),)), "low <= default <= high"),
+    (lambda r: r._replace(attrs=(A("level", 1, 0, 9), A("level", 1, 0, 9))),
+     "must be a new lower-case identifier"),
+    (lambda r: r._replace(attrs=(A("seed", 1, 0, 9),)), "must be a new lower-case identifier"),
+    (lambda r: r._replace(attrs=(A("level", 1.5, 0, 9),)), "needs integers"),
+    (lambda r: r._replace(attrs=tuple(A(f"a{i}", 0, 0, 1) for i in range(5))), "at most 4"),
+    (lambda r: r._replace(seeded="yes"), "seeded must be True or False"),
+    (lambda r: r._replace(kernels=None), "read by the generic kernels of kernels/value only"),
+])
+def test_malformed_attributes_are_refused(change, match):
+    rows = list(codec_table.rows())
+    i = next(i for i, r in enumerate(rows) if r.kind == "value" and r.name == "deflate")
+    rows[i] = change(rows[i])
+    with pytest.raises(ValueError, match=match):
+        codec_table.check(rows)
+
+
 def test_the_registry_takes_ids_aliases_and_summable_from_the_table():
     for r in codec_table.rows():
         spec = codecs.get_spec(r.kind, r.name)

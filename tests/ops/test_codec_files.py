@@ -14,14 +14,14 @@ import re
 import numpy as np
 import pytest
 import tensorflow as tf
-from tensorflow.python.framework import kernels
+from tensorflow.python.framework import kernels, op_def_registry
 
 import deepreduce_tf
 import index_reference as ref
 import value_reference as vref
 from deepreduce_tf import codecs
 from deepreduce_tf.codecs import base
-from deepreduce_tf.ops import codec_table
+from deepreduce_tf.ops import _loader, codec_table
 from deepreduce_tf.ops import index as index_ops
 from deepreduce_tf.ops import value as value_ops
 
@@ -76,7 +76,9 @@ def _dtypes(kernel, attr):
 
 def test_the_structs_say_which_ops_are_registered_by_hand():
     assert OWN_ENCODE_OP >= {"golomb"}
-    assert OWN_VALUE_OPS >= {"polyfit", "dexp", "qsgd", "fp16", "bf16", "deflate"}
+    assert OWN_VALUE_OPS >= {"polyfit", "dexp", "qsgd", "fp16", "bf16"}
+    # deflate follows the convention with an attribute (its table row's level).
+    assert "deflate" not in OWN_VALUE_OPS and codec_table.attrs("value", "deflate")
 
 
 @pytest.mark.parametrize("row", INDEX_ROWS, ids=lambda r: r.name)
@@ -167,6 +169,43 @@ def test_every_plain_value_codec_matches_its_reference(row):
     enc = codec.encode(tf.constant(values), None)
     out = codec.decode(enc.section, len(values), tf.float32, len(values)).numpy()
     np.testing.assert_allclose(out, values, rtol=1e-2)
+
+
+TABLE_ARGS_ROWS = [r for r in VALUE_ROWS if r.name not in OWN_VALUE_OPS and (r.attrs or r.seeded)]
+
+
+@pytest.mark.parametrize("row", TABLE_ARGS_ROWS, ids=lambda r: r.name)
+def test_a_value_codec_with_table_attributes_gets_them_everywhere(row):
+    """A row's attributes (and seed) reach the generated op (declared with the
+    row's defaults), its kernel (checked against the row's bounds), the
+    wrapper (by name, with the row's defaults and bounds) and the registry's
+    Param; every value in bounds round trips."""
+    deepreduce_tf.build_info()  # loads the library
+    camel = codec_table.camel(row.name)
+    op_def = op_def_registry.get(f"DeepReduce>{camel}Encode")
+    assert [a.name for a in op_def.input_arg] == ["values"] + (["seed"] if row.seeded else [])
+    assert {a.name: a.default_value.i for a in op_def.attr} == \
+        {a.name: a.default for a in row.attrs}
+    spec_params = {p.arg: p for p in codecs.get_spec("value", row.name).params}
+    values = np.array([0.0, 1.5, -2.25, 3e-3, 1000.0, -7.0] * 50, np.float32)
+    seed = {"seed": 7} if row.seeded else {}
+    for a in row.attrs:
+        assert (spec_params[a.name].default, spec_params[a.name].low,
+                spec_params[a.name].high) == (a.default, a.low, a.high)
+        for v in sorted({a.low, a.default, a.high}):
+            payload = value_ops.encode(row.name, values, **{a.name: v}, **seed).payload
+            assert payload.numpy()[2] == row.wire_id
+            out = value_ops.decode(row.name, payload).numpy()
+            np.testing.assert_allclose(out, values, rtol=1e-2)
+        with pytest.raises(ValueError, match=rf"{a.name} must be an integer in "
+                                             rf"\[{a.low}, {a.high}\]"):
+            value_ops.encode(row.name, values, **{a.name: a.high + 1}, **seed)
+        raw_op = getattr(_loader.load(), f"deep_reduce_{row.name}_encode")
+        inputs = (tf.constant(values),) + ((tf.constant(7, tf.int64),) if row.seeded else ())
+        with pytest.raises(tf.errors.InvalidArgumentError,
+                           match=rf"{row.name}: {a.name} must lie in \[{a.low}, {a.high}\], "
+                                 rf"got {a.high + 1}"):
+            raw_op(*inputs, **{a.name: a.high + 1})
 
 
 @pytest.mark.parametrize("path", VALUE_FAMILY_FILES)
