@@ -52,6 +52,14 @@ _FLAG_NAMES = ("lossless", "sorting", "seeded", "carries_order", "summable", "st
 
 # --------------------------------------------------------------------------- parameters
 
+def table_param(kind, codec, attr, key, help, aliases=()):  # pylint: disable=redefined-builtin
+    """The Param of a codec's encode-op attribute as its codec-table row
+    declares it (default and bounds); `key`: its from_params key and flag."""
+    a = codec_table.attrs(kind, codec)[attr]
+    return Param(key, int, a.default, arg=attr, low=a.low, high=a.high, help=help,
+                 aliases=tuple(aliases))
+
+
 @dataclasses.dataclass(frozen=True)
 class Param:
     """One constructor parameter of a codec (or a from_params key).
@@ -691,8 +699,9 @@ ADDING_A_CODEC = [
     "1. `deepreduce_tf/ops/codec_table.py`: its row: name, the next free wire id of its kind, "
     "aliases, `kernels` (the op family, or None for a codec written in Python alone), `gpu` "
     "(True only for a codec with CUDA kernels) and, for a value codec, `wire_dtype` (None "
-    "unless its values can be summed), `attrs` (its encode op's integer parameters: "
-    "`[(name, default, low, high)]`) and `seeded` (its encoder takes the step's seed). "
+    "unless its values can be summed); `attrs` (its encode op's integer parameters: "
+    "`[(name, default, low, high)]`) and, for a value codec, `seeded` (its encoder takes "
+    "the step's seed). "
     "Then regenerate: `python "
     "deepreduce_tf/ops/codec_table.py --write` (kernels/common/codec_table.h and the "
     "families' includes kernels/index/index_codecs.h, kernels/value/value_codecs.h), `python "
@@ -703,10 +712,10 @@ ADDING_A_CODEC = [
     "2. `deepreduce_tf/codecs/index.py` or `deepreduce_tf/codecs/value.py`: the class, "
     "decorated with `@register(\"<name>\", params=(...), summary=...)`; it takes its wire id "
     "and aliases from the row. A codec with kernels subclasses `_OpIndex` / `_OpValue`, "
-    "which call its ops by its name; a value codec with `attrs` or `seeded` subclasses "
-    "`_TableValue` (its parameters are the row's attributes) and declares each with "
-    "`table_param(\"<name>\", \"<attr>\", \"<from_params key>\", help=...)` (the row's "
-    "default and bounds).",
+    "which call its ops by its name; a codec with `attrs` (or `seeded`) subclasses "
+    "`_TableIndex` / `_TableValue` (its parameters are the row's attributes) and declares "
+    "each with `table_param(\"<kind>\", \"<name>\", \"<attr>\", \"<from_params key>\", "
+    "help=...)` (the row's default and bounds).",
     "3. `kernels/index/<name>.h` or `kernels/value/<name>.h` (`kernels=\"index\"` or "
     "`\"value\"`): the format and `struct Codec` in namespace `deepreduce::index::<name>` / "
     "`deepreduce::value::<name>`, derived from the family's `CodecDefaults` "
@@ -731,10 +740,10 @@ ADDING_A_CODEC = [
     "the registry tests (round trip through from_params) and the fuzz-corpus tests are "
     "parameterized over the table.", "",
     "Beyond that convention a codec touches its family's shared files, as the built-in "
-    "ones do. An index codec whose encode op takes attributes (golomb's block_size) sets "
-    "`kOwnEncodeOp` in its struct, registers that op in `kernels/ops/index_ops.cc` and reads "
-    "the attributes in its own `EncodeOp` specialization in `kernels/index/index_kernels.h` "
-    "(6 files). An index codec with device kernels of its own (int32, bitmap, rle, golomb: "
+    "ones do. An index codec whose encode op takes an attribute that is not an integer "
+    "range (golomb's block_size: 0 or a power of two) sets `kOwnEncodeOp` in its struct, "
+    "registers that op in `kernels/ops/index_ops.cc` and reads the attribute in its own "
+    "`EncodeOp` specialization in `kernels/index/index_kernels.h`. An index codec with device kernels of its own (int32, bitmap, rle, golomb: "
     "thread-pool and CUDA functors) specializes `EncodeOp` / `DecodeOp` for its struct in "
     "`kernels/index/index_kernels.h`, writes its CPU functors in `index_kernels.cc` and "
     "specializes `FuzzIndexCodec` in `kernels/fuzz/decoders_fuzzer.cpp`; with `gpu=True` "

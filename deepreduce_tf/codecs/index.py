@@ -32,6 +32,7 @@ from deepreduce_tf._checks import check, guarded
 from deepreduce_tf.codecs.base import (SEED, AliasView, Codec, Param, REGISTRY, RegistryView,
                                        register)
 from deepreduce_tf.ops import bloom as bloom_ops
+from deepreduce_tf.ops import codec_table
 from deepreduce_tf.ops import index as index_ops
 
 IndexEncoding = collections.namedtuple("IndexEncoding", ["section", "positions", "aux"])
@@ -129,6 +130,19 @@ class _OpIndex(IndexCodec):
             f"{self.name} index section: index count differs from the payload header's K"),
             check(tf.reduce_all(out < n),
                   f"{self.name} index section: index out of range of the tensor"))
+
+
+class _TableIndex(_OpIndex):
+    """A codec of kernels/index's convention whose row declares attributes:
+    its parameters are those (each an attribute of the instance), passed to
+    its encode op (declare each with base.table_param)."""
+
+    def __init__(self, **attrs):
+        for n, v in codec_table.attr_values("index", self.name, attrs).items():
+            setattr(self, n, v)
+
+    def _encode_kwargs(self):
+        return {n: getattr(self, n) for n in codec_table.attrs("index", self.name)}
 
 
 @register("int32", summary="deepreduce_tf.index 'int32': 4 bytes per index + header")

@@ -25,7 +25,8 @@ import tensorflow as tf
 
 from deepreduce_tf._checks import check, guarded
 
-from deepreduce_tf.codecs.base import AliasView, Codec, Param, REGISTRY, RegistryView, register
+from deepreduce_tf.codecs.base import (AliasView, Codec, Param, REGISTRY, RegistryView, register,
+                                       table_param)
 from deepreduce_tf.ops import codec_table, value as value_ops
 
 ValueEncoding = collections.namedtuple("ValueEncoding", ["section", "perm"])
@@ -109,28 +110,14 @@ class _OpValue(ValueCodec):
         return _check_count(value_ops.decode(self.name, section, **kwargs), count, self.name)
 
 
-def table_param(codec, attr, key, help, aliases=()):  # pylint: disable=redefined-builtin
-    """The Param of a codec's encode-op attribute as its codec-table row
-    declares it (default and bounds): the from_params key and flag `key`."""
-    a = codec_table.attrs("value", codec)[attr]
-    return Param(key, int, a.default, arg=attr, low=a.low, high=a.high, help=help,
-                 aliases=tuple(aliases))
-
-
 class _TableValue(_OpValue):
     """A codec of kernels/value's convention: its parameters are its table
     row's attributes (each an attribute of the instance); a seeded row's
     encoder gets the step's seed."""
 
     def __init__(self, **attrs):
-        declared = codec_table.attrs("value", self.name)
-        unknown = sorted(set(attrs) - set(declared))
-        if unknown:
-            raise ValueError(f"value codec {self.name!r} has no parameter(s) "
-                             f"{', '.join(unknown)}; valid: {', '.join(declared) or 'none'}")
-        for n, a in declared.items():
-            setattr(self, n, value_ops._int_param(self.name, n, attrs.get(n, a.default),
-                                                   a.low, a.high))
+        for n, v in codec_table.attr_values("value", self.name, attrs).items():
+            setattr(self, n, v)
 
     def _params(self):
         return {n: getattr(self, n) for n in codec_table.attrs("value", self.name)}
@@ -154,7 +141,7 @@ class Bf16Value(_OpValue):
 
 
 @register("deflate", lossless=True,
-          params=(table_param("deflate", "level", "deflate_level",
+          params=(table_param("value", "deflate", "level", "deflate_level",
                               help="zlib compression level"),),
           summary="zlib of the float32 bytes (lossless for float32, float16, bfloat16)")
 class DeflateValue(_TableValue):

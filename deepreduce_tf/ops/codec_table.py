@@ -51,11 +51,11 @@ KINDS = ("index", "value")
 # the gradient's own dtype).
 # gpu: the codec's ops also have CUDA kernels (a CUDA build registers them on
 # the GPU); False: CPU kernels only, wherever the op is placed.
-# attrs (value codecs with kernels="value"): the integer attributes of the
-# codec's encode op, Attr(name, default, low, high), each a parameter of its
-# format that the generated op declares ("<name>: int = <default>"), the
+# attrs (codecs with kernels="index" or "value"): the integer attributes of
+# the codec's encode op, Attr(name, default, low, high), each a parameter of
+# its format that the generated op declares ("<name>: int = <default>"), the
 # generic kernel checks against [low, high] and hands the codec's encoder,
-# and deepreduce_tf.ops.value passes by name (at most MAX_ATTRS).
+# and deepreduce_tf.ops.index / .value pass by name (at most MAX_ATTRS).
 # seeded: its encode op takes a scalar int64 `seed` input after the values
 # (stochastic rounding: the same seed, the same payload on every device).
 Codec = collections.namedtuple("Codec", ["kind", "name", "wire_id", "aliases", "kernels",
@@ -67,8 +67,9 @@ _KERNELS = {"index": (None, "index", "bloom"), "value": (None, "value")}
 _WIRE_DTYPES = (None, "gradient", "float16", "bfloat16")
 
 
-def _index(name, wire_id, aliases=(), kernels=None, gpu=False):
-    return Codec("index", name, wire_id, tuple(aliases), kernels, None, gpu, (), False)
+def _index(name, wire_id, aliases=(), kernels=None, gpu=False, attrs=()):
+    return Codec("index", name, wire_id, tuple(aliases), kernels, None, gpu,
+                 tuple(Attr(*a) for a in attrs), False)
 
 
 def _value(name, wire_id, aliases=(), kernels=None, wire_dtype=None, gpu=False, attrs=(),
@@ -149,6 +150,24 @@ def attrs(kind, name):
     return {} if r is None else {a.name: a for a in r.attrs}
 
 
+def attr_values(kind, name, given):
+    """The values of a codec's encode-op attributes: `given` ({attr: int})
+    checked against its row (unknown names, non-integers and values out of
+    [low, high] raise ValueError), the row's defaults for the rest."""
+    declared = attrs(kind, name)
+    unknown = sorted(set(given) - set(declared))
+    if unknown:
+        raise ValueError(f"{kind} codec {name!r} has no parameter(s) {', '.join(unknown)}; "
+                         f"valid: {', '.join(declared) or 'none'}")
+    out = {}
+    for n, a in declared.items():
+        v = given.get(n, a.default)
+        if isinstance(v, bool) or not isinstance(v, int) or not a.low <= v <= a.high:
+            raise ValueError(f"{name}: {n} must be an integer in [{a.low}, {a.high}], got {v!r}")
+        out[n] = v
+    return out
+
+
 def wire_dtypes():
     """{value codec: dtype name its summed values travel in ("gradient": the
     gradient's own)} of the summable value codecs."""
@@ -209,9 +228,12 @@ def _check_attrs(r):
     where = f"{r.kind} codec {r.name!r}"
     if r.seeded not in (False, True):
         raise ValueError(f"{where}: seeded must be True or False, got {r.seeded!r}")
-    if (r.attrs or r.seeded) and r.kernels != "value":
-        raise ValueError(f"{where}: attrs and seeded are read by the generic kernels of "
-                         "kernels/value only (kernels='value')")
+    if r.attrs and r.kernels not in ("index", "value"):
+        raise ValueError(f"{where}: attrs are read by the generated ops and generic kernels "
+                         "of kernels/index and kernels/value only (kernels='index' or 'value')")
+    if r.seeded and r.kernels != "value":
+        raise ValueError(f"{where}: seeded is read by the generic kernels of kernels/value "
+                         "only (kernels='value')")
     if len(r.attrs) > MAX_ATTRS:
         raise ValueError(f"{where}: at most {MAX_ATTRS} attrs, got {len(r.attrs)}")
     seen = {"values", "seed", "payload", "name"}
@@ -266,6 +288,24 @@ def header_text():
         text = [line.ljust(width) + "\\" for line in lines[:-1]] + [lines[-1]]
         return text + [""]
 
+    out += ["#include <cstdint>", "", "namespace deepreduce {", "",
+            "// An integer attribute of a codec's encode op (the table's attrs).",
+            "struct IntAttr {", "  const char* name;", "  int64_t default_value;",
+            "  int64_t low;", "  int64_t high;", "};",
+            f"constexpr int kMaxAttrs = {MAX_ATTRS};", "",
+            "// What a generic encode kernel hands a codec's encoder: its attributes in",
+            "// the table's order (checked against [low, high]) and the seed input (0",
+            "// for a codec without one).",
+            "struct EncodeArgs {", "  int64_t attr[kMaxAttrs] = {};", "  uint64_t seed = 0;", "};",
+            "",
+            "// A codec struct's encode-op attributes and seed input, from its row;",
+            "// the family headers (index_codecs.h, value_codecs.h) specialize it for",
+            "// the codecs that have any.",
+            "template <typename Codec>", "struct OpArgsOf {",
+            "  static constexpr int kNumAttrs = 0;",
+            "  static constexpr IntAttr kAttrs[kMaxAttrs] = {};",
+            "  static constexpr bool kSeeded = false;", "};", "",
+            "}  // namespace deepreduce", ""]
     for kind in KINDS:
         k = kind.upper()
         out += macro(f"DR_{k}_CODECS", rows(kind))
@@ -291,8 +331,6 @@ def family_header_text(family):
            f"// {family}::<name>::Codec (docs/codecs.md, \"Adding a codec\").",
            f"#ifndef {guard}", f"#define {guard}", "", "#include <cstdint>", "",
            '#include "kernels/common/codec_table.h"']
-    if family == "value":
-        out += ['#include "kernels/value/value_format.h"']
     out += [f'#include "kernels/{family}/{r.name}.h"' for r in rows(family, family)]
     k = family.upper()
     out += ["", "namespace deepreduce {", f"namespace {family} {{", "",
@@ -306,29 +344,20 @@ def family_header_text(family):
     out += [line.ljust(width) + "\\" for line in body] + ["  };"]
     out += [f"DR_{k}_PAYLOAD_CODECS(DR_{k}_CODEC_OF)",
             f"#undef DR_{k}_CODEC_OF", ""]
-    if family == "value":
-        out += ["// The table's encode-op attributes and seed input of a codec's struct:",
-                "// OpArgsOf<<name>::Codec>::kNumAttrs, ::kAttrs (value_format.h's IntAttr),",
-                "// ::kSeeded. Only the codecs with attrs or a seed are listed.",
-                f"static_assert(kMaxAttrs == {MAX_ATTRS}, \"codec_table.MAX_ATTRS\");",
-                "template <typename Codec>",
-                "struct OpArgsOf {",
-                "  static constexpr int kNumAttrs = 0;",
-                "  static constexpr IntAttr kAttrs[kMaxAttrs] = {};",
-                "  static constexpr bool kSeeded = false;",
-                "};"]
-        for r in rows(family, family):
-            if not (r.attrs or r.seeded):
-                continue
+    specs = [r for r in rows(family, family) if r.attrs or r.seeded]
+    if specs:
+        out += ["}  // namespace " + family, "",
+                "// The table's encode-op attributes and seed input of these codecs",
+                "// (codec_table.h's OpArgsOf)."]
+        for r in specs:
             listed = ", ".join(f'{{"{a.name}", {a.default}, {a.low}, {a.high}}}'
                                for a in r.attrs)
-            out += ["template <>", f"struct OpArgsOf<{r.name}::Codec> {{",
+            out += ["template <>", f"struct OpArgsOf<{family}::{r.name}::Codec> {{",
                     f"  static constexpr int kNumAttrs = {len(r.attrs)};",
                     f"  static constexpr IntAttr kAttrs[kMaxAttrs] = {{{listed}}};",
                     f"  static constexpr bool kSeeded = {'true' if r.seeded else 'false'};",
                     "};"]
-        out += [""]
-    out += [f"}}  // namespace {family}", "}  // namespace deepreduce", "",
+    out += ([""] if specs else [f"}}  // namespace {family}"]) + ["}  // namespace deepreduce", "",
             f"#endif  // {guard}", ""]
     return "\n".join(out)
 

@@ -80,7 +80,7 @@ def _block_size_attr(block_size):
     return block_size
 
 
-def encode(codec, indices, universe_size, block_size=DEFAULT_BLOCK_SIZE, name=None):
+def encode(codec, indices, universe_size, block_size=DEFAULT_BLOCK_SIZE, name=None, **attrs):
     """Encodes a sorted index set into one self-describing uint8 payload.
 
     Args:
@@ -94,6 +94,8 @@ def encode(codec, indices, universe_size, block_size=DEFAULT_BLOCK_SIZE, name=No
         the smallest (ties: the larger block); the choice is recorded in the
         payload header. Otherwise a power of two in [16, 65536].
       name: optional op name.
+      **attrs: the attributes of a codec whose codec-table row declares
+        some (integers within the row's bounds; the row's defaults).
 
     Returns:
       uint8 vector: the payload. Its length is static in graph mode for int32
@@ -107,6 +109,7 @@ def encode(codec, indices, universe_size, block_size=DEFAULT_BLOCK_SIZE, name=No
     """
     codec = canonical_codec(codec)
     block_size = _block_size_attr(block_size)
+    attrs = codec_table.attr_values("index", codec, attrs)
     indices = tf.convert_to_tensor(indices)
     if indices.dtype not in (tf.int32, tf.int64):
         raise _invalid(f"indices must be int32 or int64, got {indices.dtype.name}")
@@ -122,7 +125,7 @@ def encode(codec, indices, universe_size, block_size=DEFAULT_BLOCK_SIZE, name=No
     if codec == "golomb":
         return ops.deep_reduce_index_encode_golomb(indices, n, block_size=block_size,
                                                    name=name)
-    return getattr(ops, f"deep_reduce_index_encode_{codec}")(indices, n, name=name)
+    return getattr(ops, f"deep_reduce_index_encode_{codec}")(indices, n, name=name, **attrs)
 
 
 def decode(codec, payload, out_idx=tf.int64, name=None):

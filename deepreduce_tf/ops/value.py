@@ -215,8 +215,7 @@ def encode(codec, values, **params):
     else:
         # The convention's generated op: values[, seed] and the row's attributes.
         row = codec_table.row("value", codec)
-        attrs = {a.name: _int_param(codec, a.name, p[a.name], a.low, a.high)
-                 for a in row.attrs}
+        attrs = codec_table.attr_values("value", codec, {a.name: p[a.name] for a in row.attrs})
         seed = (_seed_tensor(codec, p["seed"]),) if row.seeded else ()
         payload = getattr(ops, f"deep_reduce_{codec}_encode")(values, *seed, **attrs)
     return Encoded(payload, tf.range(tf.size(values, out_type=out_idx), dtype=out_idx))

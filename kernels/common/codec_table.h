@@ -20,6 +20,39 @@
 #ifndef DEEPREDUCE_KERNELS_COMMON_CODEC_TABLE_H_
 #define DEEPREDUCE_KERNELS_COMMON_CODEC_TABLE_H_
 
+#include <cstdint>
+
+namespace deepreduce {
+
+// An integer attribute of a codec's encode op (the table's attrs).
+struct IntAttr {
+  const char* name;
+  int64_t default_value;
+  int64_t low;
+  int64_t high;
+};
+constexpr int kMaxAttrs = 4;
+
+// What a generic encode kernel hands a codec's encoder: its attributes in
+// the table's order (checked against [low, high]) and the seed input (0
+// for a codec without one).
+struct EncodeArgs {
+  int64_t attr[kMaxAttrs] = {};
+  uint64_t seed = 0;
+};
+
+// A codec struct's encode-op attributes and seed input, from its row;
+// the family headers (index_codecs.h, value_codecs.h) specialize it for
+// the codecs that have any.
+template <typename Codec>
+struct OpArgsOf {
+  static constexpr int kNumAttrs = 0;
+  static constexpr IntAttr kAttrs[kMaxAttrs] = {};
+  static constexpr bool kSeeded = false;
+};
+
+}  // namespace deepreduce
+
 #define DR_INDEX_CODECS(X)    \
   X(raw, Raw, 0, none)        \
   X(int32, Int32, 1, index)   \

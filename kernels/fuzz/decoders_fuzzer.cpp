@@ -435,10 +435,16 @@ void FuzzIndexCodec(Reader r) {
     Ok(index::core::SortedError("decoded index", bad, bad > 0 ? out[bad - 1] : 0, out[bad], n));
     return;
   }
+  EncodeArgs args;
+  if constexpr (OpArgsOf<Codec>::kNumAttrs > 0) {
+    if (!Codec::ArgsOf(h, body, have, &args)) {
+      Fail(std::string(name) + ": ArgsOf cannot read the arguments of an accepted payload");
+    }
+  }
   std::vector<uint8_t> again = IndexHeader(codec, h.n, h.k);
   const size_t at = again.size();
-  again.resize(at + Codec::BodyBytes(out.data(), k, h.n));
-  Codec::EncodeBody(out.data(), k, h.n, again.data() + at);
+  again.resize(at + Codec::BodyBytes(out.data(), k, h.n, args));
+  Codec::EncodeBody(out.data(), k, h.n, args, again.data() + at);
   CheckSame(name, again, r.p, r.left);
 }
 
@@ -522,8 +528,8 @@ void FuzzValueCodec(Reader r) {
   std::vector<float> out(k);
   if (!Ok(Codec::DecodeBody(k, body, have, out.data()))) return;
   if constexpr (Codec::kCanonical) {
-    using Args = value::OpArgsOf<Codec>;
-    value::EncodeArgs args;
+    using Args = OpArgsOf<Codec>;
+    EncodeArgs args;
     if constexpr (Args::kNumAttrs > 0 || Args::kSeeded) {
       if (!Codec::ArgsOf(k, body, have, &args)) {
         Fail(std::string(name) + ": ArgsOf cannot read the arguments of an accepted payload");

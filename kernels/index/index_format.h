@@ -100,9 +100,11 @@ DR_HOST_DEVICE uint64_t BitmapBytes(uint64_t n) { return (n + 7) / 8; }
 //   family's generic CPU OpKernels, index_kernels.h, and the fuzz harness's
 //   generic target) declares its TF-free host code, with the K indices
 //   sorted, distinct and in [0, n) on the encoding side:
-//     template <typename T> static uint64_t BodyBytes(const T* idx, int64_t k, uint64_t n);
+//     // a: the row's attributes (codec_table.h's EncodeArgs; all 0 without).
+//     template <typename T> static uint64_t BodyBytes(const T* idx, int64_t k, uint64_t n,
+//                                                     const EncodeArgs& a);
 //     template <typename T> static void EncodeBody(const T* idx, int64_t k, uint64_t n,
-//                                                  uint8_t* body);
+//                                                  const EncodeArgs& a, uint8_t* body);
 //     // Before anything is allocated: can a body of `bytes` bytes hold h.k
 //     // indices? (At most 8 per byte: the fuzz harness's allocation bound.)
 //     static ParseStatus CheckBody(const CommonHeader& h, const uint8_t* body,
@@ -113,6 +115,12 @@ DR_HOST_DEVICE uint64_t BitmapBytes(uint64_t n) { return (n + 7) / 8; }
 //     template <typename T> static ParseStatus DecodeBody(const CommonHeader& h,
 //                                                         const uint8_t* body,
 //                                                         uint64_t bytes, T* out);
+//     // With attributes in its row: the ones a body was written with (the
+//     // fuzz harness re-encodes with them); false if it cannot tell.
+//     static bool ArgsOf(const CommonHeader& h, const uint8_t* body, uint64_t bytes,
+//                        EncodeArgs* a);
+//   Its encode op is generated with the row's attributes ("<name>: int =
+//   <default>"), which the generic kernel checks against the row's bounds.
 //   A codec with OpKernels of its own (int32, bitmap, rle, golomb: device
 //   functors, CUDA kernels) specializes EncodeOp / DecodeOp for its struct in
 //   index_kernels.h and FuzzIndexCodec in the fuzz harness instead.
@@ -120,8 +128,8 @@ struct CodecDefaults {
   // The payload's length for n and K when it depends on nothing else (the
   // encode op's static output shape), else -1.
   static int64_t StaticPayloadBytes(int64_t /*n*/, int64_t /*k*/) { return -1; }
-  // True if the encode op takes attributes beyond Tidx (golomb's
-  // block_size): then it is registered by hand in kernels/ops/index_ops.cc.
+  // True if the encode op is registered by hand in kernels/ops/index_ops.cc
+  // (golomb: its block_size is 0 or a power of two, not a range).
   static constexpr bool kOwnEncodeOp = false;
 };
 

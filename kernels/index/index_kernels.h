@@ -164,17 +164,35 @@ class EncodeOp : public EncodeBase<Device, Tidx> {
                 "(EncodeOp and DecodeOp specializations for its struct)");
 
  public:
-  using EncodeBase<Device, Tidx>::EncodeBase;
+  using Args = OpArgsOf<Codec>;
+
+  // The row's attributes (codec_table.h's OpArgsOf), checked against its bounds.
+  explicit EncodeOp(tensorflow::OpKernelConstruction* ctx) : EncodeBase<Device, Tidx>(ctx) {
+    for (int i = 0; i < Args::kNumAttrs; ++i) {
+      const IntAttr& attr = Args::kAttrs[i];
+      int64_t v;
+      OP_REQUIRES_OK(ctx, ctx->GetAttr(attr.name, &v));
+      OP_REQUIRES(ctx, v >= attr.low && v <= attr.high,
+                  absl::InvalidArgumentError(
+                      std::string(CodecOf<Codec>::kName) + ": " + attr.name + " must lie in [" +
+                      std::to_string(attr.low) + ", " + std::to_string(attr.high) +
+                      "], got " + std::to_string(v)));
+      args_.attr[i] = v;
+    }
+  }
 
  protected:
   void Encode(tensorflow::OpKernelContext* ctx, const Tidx* idx, int64_t k,
               int64_t n) override {
-    const uint64_t bytes = Codec::BodyBytes(idx, k, static_cast<uint64_t>(n));
+    const uint64_t bytes = Codec::BodyBytes(idx, k, static_cast<uint64_t>(n), args_);
     uint8_t* body = this->AllocatePayload(ctx, CodecOf<Codec>::kId, n, k, nullptr, 0,
                                           static_cast<int64_t>(bytes));
     if (body == nullptr) return;
-    Codec::EncodeBody(idx, k, static_cast<uint64_t>(n), body);
+    Codec::EncodeBody(idx, k, static_cast<uint64_t>(n), args_, body);
   }
+
+ private:
+  EncodeArgs args_;
 };
 
 template <typename Device, typename Tidx>

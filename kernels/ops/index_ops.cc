@@ -72,6 +72,11 @@ bool RegisterEncodeOp(const char* camel) {
       .Output("payload: uint8")
       .Attr("Tidx: {int32, int64}")
       .SetShapeFn(EncodeShape<Codec>);
+  using Args = OpArgsOf<Codec>;
+  for (int i = 0; i < Args::kNumAttrs; ++i) {
+    op.Attr(std::string(Args::kAttrs[i].name) + ": int = " +
+            std::to_string(Args::kAttrs[i].default_value));
+  }
   ::tensorflow::OpRegistry::Global()->Register(
       [op](::tensorflow::OpRegistrationData* data) { return op.Finalize(data); });
   return true;

@@ -85,7 +85,7 @@ absl::Status HalfDecodeShape(InferenceContext* c) {
 template <typename Codec>
 bool RegisterValueOps(const char* camel) {
   if (Codec::kOwnOps) return false;
-  using Args = value::OpArgsOf<Codec>;
+  using Args = OpArgsOf<Codec>;
   const std::string prefix = std::string("DeepReduce>") + camel;
   ::tensorflow::OpDefBuilder encode(prefix + "Encode");
   encode.Input("values: float");

@@ -11,7 +11,6 @@
 #include <cstdint>
 
 #include "kernels/common/codec_table.h"
-#include "kernels/value/value_format.h"
 #include "kernels/value/polyfit.h"
 #include "kernels/value/dexp.h"
 #include "kernels/value/qsgd.h"
@@ -35,24 +34,17 @@ struct CodecOf;
 DR_VALUE_PAYLOAD_CODECS(DR_VALUE_CODEC_OF)
 #undef DR_VALUE_CODEC_OF
 
-// The table's encode-op attributes and seed input of a codec's struct:
-// OpArgsOf<<name>::Codec>::kNumAttrs, ::kAttrs (value_format.h's IntAttr),
-// ::kSeeded. Only the codecs with attrs or a seed are listed.
-static_assert(kMaxAttrs == 4, "codec_table.MAX_ATTRS");
-template <typename Codec>
-struct OpArgsOf {
-  static constexpr int kNumAttrs = 0;
-  static constexpr IntAttr kAttrs[kMaxAttrs] = {};
-  static constexpr bool kSeeded = false;
-};
+}  // namespace value
+
+// The table's encode-op attributes and seed input of these codecs
+// (codec_table.h's OpArgsOf).
 template <>
-struct OpArgsOf<deflate::Codec> {
+struct OpArgsOf<value::deflate::Codec> {
   static constexpr int kNumAttrs = 1;
   static constexpr IntAttr kAttrs[kMaxAttrs] = {{"level", 6, 0, 9}};
   static constexpr bool kSeeded = false;
 };
 
-}  // namespace value
 }  // namespace deepreduce
 
 #endif  // DEEPREDUCE_KERNELS_VALUE_VALUE_CODECS_H_

@@ -79,24 +79,8 @@ DR_HOST_DEVICE void WriteHeader(uint8_t* p, uint8_t codec, uint64_t k) {
   PutU64(p + 8, k);
 }
 
-// An integer attribute of a codec's encode op, declared in the codec table
-// (deepreduce_tf/ops/codec_table.py, attrs=[(name, default, low, high)]) and
-// generated into value_codecs.h's OpArgsOf<Codec>.
-struct IntAttr {
-  const char* name;
-  int64_t default_value;
-  int64_t low;
-  int64_t high;
-};
-constexpr int kMaxAttrs = 4;
-
-// What the generic encode kernel hands a codec's encoder: its attributes in
-// the table's order (checked against [low, high]) and the seed input (0 for
-// a codec without one).
-struct EncodeArgs {
-  int64_t attr[kMaxAttrs] = {};
-  uint64_t seed = 0;
-};
+// IntAttr, kMaxAttrs, EncodeArgs and OpArgsOf: kernels/common/codec_table.h,
+// generated from the codec table.
 
 // The part of a codec's struct <name>::Codec (in kernels/value/<name>.h, one
 // per codec of the table with kernels="value") that the family's generated

@@ -401,7 +401,7 @@ namespace {
 // The OpKernels of a codec of the table whose struct (kernels/value/<name>.h)
 // does not set kOwnOps: its TF-free host code on one thread, behind the
 // family's argument and header checks; the encoder's attributes and seed are
-// the table's (value_codecs.h's OpArgsOf), checked here.
+// the table's (codec_table.h's OpArgsOf), checked here.
 
 template <typename Codec>
 class EncodeOp : public OpKernel {

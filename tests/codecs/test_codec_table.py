@@ -86,7 +86,8 @@ A = codec_table.Attr
     (lambda r: r._replace(attrs=(A("level", 1.5, 0, 9),)), "needs integers"),
     (lambda r: r._replace(attrs=tuple(A(f"a{i}", 0, 0, 1) for i in range(5))), "at most 4"),
     (lambda r: r._replace(seeded="yes"), "seeded must be True or False"),
-    (lambda r: r._replace(kernels=None), "read by the generic kernels of kernels/value only"),
+    (lambda r: r._replace(kernels=None), "of kernels/index and kernels/value only"),
+    (lambda r: r._replace(attrs=(), kernels=None, seeded=True), "seeded is read by"),
 ])
 def test_malformed_attributes_are_refused(change, match):
     rows = list(codec_table.rows())
