@@ -594,6 +594,9 @@ def register(name, *, wire_id=None, aliases=None, params=(), summary="", additiv
                                  f"differs from {_TABLE_SOURCE} (wire_dtype "
                                  f"{row.wire_dtype!r})")
             values["summable"] = table_summable
+        if row is not None and row.seeded:
+            # Its encode op takes the step's seed: the compressor must pass it.
+            values["seeded"] = True
         text = summary or (cls.__doc__ or "").strip().split("\n")[0]
         spec = CodecSpec(name=name, kind=kind, wire_id=wid, cls=cls,
                          aliases=tuple(names or ()), params=tuple(params), summary=text,
