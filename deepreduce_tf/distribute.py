@@ -72,6 +72,7 @@ import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 from tensorflow.python.distribute import collective_all_reduce_strategy as cars
 from tensorflow.python.distribute import cross_device_ops as cdo_lib
+from tensorflow.python.distribute import cross_device_utils
 from tensorflow.python.distribute import distribute_utils
 from tensorflow.python.distribute import reduce_util
 from tensorflow.python.distribute import values as value_lib
@@ -185,6 +186,11 @@ class _Builder:
                 communicator.check(probe)
             self.communicator = communicator
         self.description = repr(probe)
+        # Multi-worker with several local devices: sum locally, compress once
+        # per worker (DeepReduceCollectiveOps), for the exchanges that send
+        # bytes (the summable ones already go through TensorFlow's all-reduce).
+        self.hierarchical = (getattr(probe, "hierarchical", True)
+                             and not getattr(self.communicator, "additive", False))
 
     def make(self, variable_factory):
         """A new Exchange with its own state, running self.communicator."""
@@ -637,6 +643,8 @@ class DeepReduceCollectiveOps(_DeepReduceState, cdo_lib.CollectiveAllReduce):
         # Frame capacities of the one-collective all-gather (transport.
         # CollectiveTransport), per (replica, exchange): shared by copies.
         self._frame_vars = frames if frames is not None else {}
+        # The hierarchical exchange's launchers, per local replica.
+        self._hier_launchers = {}
 
     def _frames(self, replica, device):
         def capacity(key):
@@ -660,6 +668,92 @@ class DeepReduceCollectiveOps(_DeepReduceState, cdo_lib.CollectiveAllReduce):
                                        state=self.state, frames=self._frame_vars,
                                        id_in_cluster=self._id_in_cluster)
 
+    # Group keys of the hierarchical exchange's collectives (TensorFlow's
+    # CollectiveKeys count from 1 for the groups it makes itself): the group
+    # of every worker's leader (its local replica 0), the same on every
+    # worker; and each worker's group of its local devices, one key per
+    # worker (id_in_cluster) since a group key names one group cluster-wide.
+    LEADERS_GROUP_KEY = 0x0DE00000
+    LOCAL_GROUP_KEY = 0x0DE00001
+
+    @property
+    def hierarchical(self):
+        """True when this worker sums its local replicas before compressing
+        and exchanges one payload per worker (see _hierarchical_all_reduce)."""
+        return (self._builder.hierarchical and len(self._devices) > 1
+                and self._group_size > len(self._devices))
+
+    def _hierarchy_launchers(self, replica_id):
+        """(local launcher of this replica, leader launcher or None)."""
+        with self._state_lock:
+            found = self._hier_launchers.get(replica_id)
+            if found is None:
+                if self._id_in_cluster is None:
+                    raise ValueError(
+                        "the hierarchical exchange needs this worker's id_in_cluster (install() "
+                        "reads it from MultiWorkerMirroredStrategy); pass id_in_cluster= when "
+                        "you build DeepReduceCollectiveOps yourself, or set "
+                        "'hierarchical': False")
+                keys = self._collective_keys
+                local_key = self.LOCAL_GROUP_KEY + int(self._id_in_cluster)
+                groups = [(local_key, self._devices)]
+                if replica_id == 0:
+                    groups.append((self.LEADERS_GROUP_KEY, self._devices[:1]))
+                for key, devices in groups:
+                    # Instance keys count per (group, device) from the same start
+                    # on every member (CollectiveKeys.get_instance_key).
+                    with keys._lock:  # pylint: disable=protected-access
+                        table = keys._instance_key_table.setdefault(key, {})  # pylint: disable=protected-access
+                        for d in devices:
+                            table.setdefault(d, cross_device_utils.INSTANCE_KEY_START_NUMBER)
+                device = self._devices[replica_id]
+                local = cross_device_utils.CollectiveReplicaLauncher(
+                    local_key, len(self._devices), keys, device, self._options)
+                leader = None
+                if replica_id == 0:
+                    leader = cross_device_utils.CollectiveReplicaLauncher(
+                        self.LEADERS_GROUP_KEY, self._group_size // len(self._devices), keys,
+                        device, self._options)
+                found = self._hier_launchers[replica_id] = (local, leader)
+            return found
+
+    def _hierarchical_all_reduce(self, flat, dense_ids, replica_id, options, average):
+        """The dense tensors of one local replica, reduced hierarchically:
+        (1) TensorFlow's all-reduce sums them over this worker's devices;
+        (2) the leader (local replica 0) compresses the local sum with its
+        exchange (memory, counters, ledger: one per worker), exchanges ONE
+        payload per worker with the other workers' leaders and decodes;
+        (3) an all-reduce over the local devices, to which only the leader
+        contributes, hands the result to every local replica (bit-identical:
+        x + 0 is x for every value but -0, which every replica then sees as
+        +0). Returns the reduced tensors in dense_ids order."""
+        device = self._devices[replica_id]
+        local_launcher, leader_launcher = self._hierarchy_launchers(replica_id)
+        local = CollectiveTransport(local_launcher, device, len(self._devices), options)
+        values = [flat[i] for i in dense_ids]
+        with tf.device(device):
+            summed = local.all_reduce([values])
+        if replica_id == 0:
+            comp = self._replica_compressor(0, device)
+            workers = self._group_size // len(self._devices)
+            transport = CollectiveTransport(leader_launcher, device, workers, options,
+                                            self._wire_counter(0, device),
+                                            frames=self._frames(0, device))
+            transport.first_rank = int(self._id_in_cluster)
+            effects = [e for e in [self._count_exchange(0, device)] if e is not None]
+            keys = _unique([_memory_key(i, len(flat), flat[i]) for i in dense_ids])
+            dense, _ = self.communicator.step_all(transport, [comp], [summed], keys, [], [],
+                                                  average=False, effects=effects)
+            mine = list(dense[0])
+        else:
+            with tf.device(device):
+                mine = [tf.zeros_like(t) for t in summed]
+        with tf.device(device):
+            out = local.all_reduce([mine])  # no wire counter: local bytes are not counted
+            if average:
+                out = [t / tf.cast(self._group_size, t.dtype) for t in out]
+        return out
+
     def _all_reduce(self, reduce_op, value, replica_id, options):
         flat = nest.flatten(value)
         n = len(flat)
@@ -668,6 +762,11 @@ class DeepReduceCollectiveOps(_DeepReduceState, cdo_lib.CollectiveAllReduce):
         average = reduce_op == reduce_util.ReduceOp.MEAN
         out = [None] * n
         effects = []
+        if dense_ids and self.hierarchical:
+            for i, t in zip(dense_ids, self._hierarchical_all_reduce(flat, dense_ids, replica_id,
+                                                                     options, average)):
+                out[i] = t
+            dense_ids = []
         if dense_ids or slice_ids:
             comp = self._replica_compressor(replica_id, device)
             transport = CollectiveTransport(self._launchers[replica_id], device,

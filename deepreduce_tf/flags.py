@@ -11,7 +11,7 @@
 A command line that trains with DeepReduce's exchange (deepreduce-bench, the
 tf_cnn_benchmarks adapter deepreduce-tf-cnn-benchmarks) takes the keys of its
 parameter dictionary as flags: --compressor, --compress_ratio, --threshold,
---memory, --warmup_steps, --warmup, --clip_norm, --communicator, --deepreduce,
+--memory, --warmup_steps, --warmup, --clip_norm, --hierarchical, --communicator, --deepreduce,
 --index, --value, --min_size, --seed, and the flags that derive from the
 registries: one per codec parameter (deepreduce_tf.codecs: --fpr, --policy,
 --bits, --bucket_size, --poly_degree, ...) and per communicator parameter
@@ -53,7 +53,7 @@ codec_base = _LazyModule("deepreduce_tf.codecs.base")
 # of the fusion / scope flags.
 GENERAL_PARAM_FLAGS = ("compressor", "compress_ratio", "threshold", "topk_scope",
                        "topk_skip_zeros", "memory",
-                       "warmup_steps", "warmup", "clip_norm", "communicator",
+                       "warmup_steps", "warmup", "clip_norm", "hierarchical", "communicator",
                        "bucket_cap_mb", "deepreduce", "index", "value")
 
 
@@ -177,6 +177,11 @@ def _define_general_flags(fv):
     flags.DEFINE_float("clip_norm", None,
                        "Local gradient clipping: each worker scales its gradients to this "
                        "global L2 norm at most, before error feedback (DGC).", flag_values=fv)
+    flags.DEFINE_boolean("hierarchical", None,
+                         "MultiWorkerMirroredStrategy with several devices per worker: sum the "
+                         "local replicas, compress once per worker (default on; "
+                         "--nohierarchical: every replica is its own worker on the wire).",
+                         flag_values=fv)
     flags.DEFINE_string("communicator", "allgather",
                         "allgather | allreduce | lgc_ps | lgc_rar (Learned Gradient "
                         "Compression, --lgc_* flags; docs/lgc.md).", flag_values=fv)
@@ -239,7 +244,7 @@ def compression_params(fv=flags.FLAGS):
         p["compress_ratio"] = fv.compress_ratio
     if fv.threshold is not None:
         p["threshold"] = fv.threshold
-    for key in ("memory", "warmup_steps", "warmup", "clip_norm"):
+    for key in ("memory", "warmup_steps", "warmup", "clip_norm", "hierarchical"):
         if fv[key].value is not None:
             p[key] = fv[key].value
     if fv.memory == "dgc" and "momentum" in fv:  # the host command's optimizer

@@ -51,6 +51,11 @@ Keys (defaults in brackets; every key may be left out):
                   min(ceil(ratio * n), non-zeros) (same decoded tensor, fewer
                   bytes where an update is exactly zero: embedding rows)
   bucket_cap_mb   > 0 [25.0]   fusion bucket size in MiB (as PyTorch DDP's)
+  hierarchical    True | False [True]   MultiWorkerMirroredStrategy with
+                  several devices per worker: sum the local replicas first,
+                  compress once per worker, exchange one payload per worker
+                  (communicators that send bytes: allgather, lgc_ps);
+                  False: every replica is its own worker on the wire
 
 The codec keys (index, value and every codec parameter) come from the codec
 registry (deepreduce_tf.codecs; docs/codecs.md): a codec registered there is
@@ -84,13 +89,17 @@ DEFAULT_CODECS = {"index": "bloom", "value": "polyfit"}
 GENERAL_KEYS = ("compressor", "compress_ratio", "threshold", "topk_scope", "topk_skip_zeros",
                 "memory", "beta",
                 "gamma", "momentum", "communicator", "bucket_cap_mb", "deepreduce", "index",
-                "value", "min_size", "nonfinite", "warmup_steps", "warmup", "clip_norm")
+                "value", "min_size", "nonfinite", "warmup_steps", "warmup", "clip_norm",
+                "hierarchical")
 GENERAL_KEY_ALIASES = {"threshold_val": "threshold"}
 HARNESS_KEYS = frozenset({
     "micro-benchmark", "micro_benchmark", "world_size", "horovod_size", "gradient_id",
     "bloom_logs_path", "bloom_verbosity", "bloom_verbosity_frequency", "logs_path",
     "verbosity", "mem_mode", "model", "bloom_false_positives_aware", "average",
     "tensors_size_are_same", "hash_table", "dense_tensor", "bloom_on", "sort"})
+HIERARCHICAL = codecs.Param(
+    "hierarchical", bool, True,
+    help="multi-worker: sum each worker's local replicas, compress once per worker")
 TOPK_SCOPES = ("variable", "bucket")
 SCOPED_SPARSIFIERS = ("topk", "randomk")
 TOPK_SCOPE = codecs.Param(
@@ -330,6 +339,7 @@ def from_params(params, variable_factory=None, communicator=None):
     exchange = Exchange(compressor, mem, communicator, variable_factory=variable_factory,
                         warmup_steps=get("warmup_steps", 0), warmup=get("warmup", "dense"),
                         clip_norm=get("clip_norm", None))
+    exchange.hierarchical = HIERARCHICAL.validate(get(HIERARCHICAL.key, HIERARCHICAL.default))
     unused = sorted(set(p) - used)
     if unused:
         warnings.warn(f"deepreduce_tf.from_params: {', '.join(unused)} not used by this "

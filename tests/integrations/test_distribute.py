@@ -305,7 +305,7 @@ def _free_ports(n):
     return ports
 
 
-def _run_workers(n, params, timeout=300, env=None, **spec):
+def _run_workers(n, params, timeout=300, env=None, script="distribute_worker.py", **spec):
     """Runs n worker processes; always reaps them; returns their npz dicts."""
     out_dir = tempfile.mkdtemp(prefix="dr_mw_")
     ports = _free_ports(n)
@@ -315,7 +315,7 @@ def _run_workers(n, params, timeout=300, env=None, **spec):
         for i in range(n):
             body = dict(spec, task=i, ports=ports, params=params, out=f"{out_dir}/w{i}.npz")
             procs.append(subprocess.Popen(
-                [sys.executable, os.path.join(HERE, "distribute_worker.py"), json.dumps(body)],
+                [sys.executable, os.path.join(HERE, script), json.dumps(body)],
                 cwd=out_dir, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                 text=True))
         deadline = time.monotonic() + timeout
@@ -402,6 +402,109 @@ def test_multi_worker_tf_keras_fit(params):
     for r in results:
         assert len(r["batch_sent"]) == 5 and np.all(r["batch_sent"] > 0)
         assert int(r["collective"]) * 2 < int(r["total_dense"])
+
+
+# ------------------------------------------------------------- hierarchical
+HIER_PARAMS = {"compressor": "topk", "compress_ratio": 0.05}  # raw indices and values: exact
+
+
+def _hier_reference(steps, workers=2, ratio=0.05):
+    """numpy: each worker sums its two local replicas' gradients, compresses
+    the sum (top-k of sum + residual, its own residual), every worker decodes
+    every worker's payload, results summed in rank order; the small tensor
+    (below min_size) travels dense."""
+    sys.path.insert(0, HERE)
+    import hierarchical_worker as hw  # pylint: disable=import-outside-toplevel
+    shape, small = hw.SHAPES
+    n = int(np.prod(shape))
+    k = int(np.ceil(ratio * n))
+    residual = [np.zeros(n, np.float32) for _ in range(workers)]
+    out = []
+    for step in range(steps):
+        decoded, dense = [], []
+        for w in range(workers):
+            local = hw.gradient(w, 0, step, shape) + hw.gradient(w, 1, step, shape)
+            c = local.reshape(-1) + residual[w]
+            idx = np.argsort(-np.abs(c), kind="stable")[:k]
+            sent = np.zeros(n, np.float32)
+            sent[idx] = c[idx]
+            residual[w] = c - sent
+            decoded.append(sent)
+            dense.append(hw.gradient(w, 0, step, small) + hw.gradient(w, 1, step, small))
+        out.append([(decoded[0] + decoded[1]).reshape(shape), dense[0] + dense[1]])
+    return out
+
+
+@pytest.mark.parametrize("mode", ["function", "eager"])
+def test_hierarchical_exchange_two_workers_two_devices_each(mode, tmp_path):
+    """2 worker processes x 2 logical CPUs: the local replicas are summed,
+    compressed once per worker, one payload per worker is exchanged. Every
+    replica of both workers ends bit-identical, equal to the numpy reference
+    of sum locally / compress / exchange / decode; a resume from the step-2
+    checkpoint reproduces steps 3-4 bit for bit; and per worker the payload
+    bytes and the bytes handed to the collectives are half the flat
+    exchange's (where each local replica is a worker on the wire)."""
+    steps = 4
+    hier = _run_workers(2, HIER_PARAMS, script="hierarchical_worker.py", mode=mode,
+                        steps=steps, ckpt=str(tmp_path / "h"))
+    ref = _hier_reference(steps)
+    for r in hier:
+        assert bool(r["hierarchical"])
+        for step in range(steps):
+            for j in range(2):
+                for rep in range(2):
+                    got = r[f"s{step}_t{j}_r{rep}"]
+                    np.testing.assert_array_equal(got, hier[0][f"s{step}_t{j}_r0"])
+                    np.testing.assert_array_equal(got, ref[step][j])
+                    if step >= 2:
+                        np.testing.assert_array_equal(r[f"resumed_s{step}_t{j}_r{rep}"], got)
+    if mode != "function":
+        return
+    flat = _run_workers(2, dict(HIER_PARAMS, hierarchical=False), script="hierarchical_worker.py",
+                        mode=mode, steps=steps, ckpt=str(tmp_path / "f"))
+    for h, f in zip(hier, flat):
+        assert not bool(f["hierarchical"])
+        assert int(h["step_replicas"]) == 1 and int(f["step_replicas"]) == 2
+        per_worker = {name: {k: int(r[k]) * int(r["step_replicas"])
+                             for k in ("step_sent", "collective_first", "collective")}
+                      for name, r in (("hier", h), ("flat", f))}
+        for key in ("step_sent", "collective_first", "collective"):
+            assert 2 * per_worker["hier"][key] == per_worker["flat"][key], key
+        # Received: the other worker's one payload, against the 3 other replicas'.
+        assert int(h["step_received"]) == int(h["step_sent"])
+        assert int(f["step_received"]) == 3 * int(f["step_sent"])
+
+
+def test_hierarchical_learned_gradient_compression_ps(tmp_path):
+    """LGC-PS (the other exchange that sends bytes) through all its phases
+    with one payload per worker: every replica of both workers bit-identical,
+    and the resume from the step-2 checkpoint (autoencoder included) exact."""
+    params = {"compressor": "topk", "compress_ratio": 0.05, "communicator": "lgc_ps",
+              "lgc_warmup_steps": 1, "lgc_train_steps": 2, "lgc_channels": "4,8,16,32"}
+    steps = 6
+    results = _run_workers(2, params, script="hierarchical_worker.py", mode="function",
+                           steps=steps, ckpt=str(tmp_path))
+    for r in results:
+        assert bool(r["hierarchical"]) and int(r["step_replicas"]) == 1
+        for step in range(steps):
+            for j in range(2):
+                for rep in range(2):
+                    got = r[f"s{step}_t{j}_r{rep}"]
+                    np.testing.assert_array_equal(got, results[0][f"s{step}_t{j}_r0"])
+                    if step >= 2:
+                        np.testing.assert_array_equal(r[f"resumed_s{step}_t{j}_r{rep}"], got)
+
+
+def test_hierarchical_is_a_checked_parameter():
+    assert deepreduce_tf.from_params(HIER_PARAMS).hierarchical is True
+    assert deepreduce_tf.from_params(dict(HIER_PARAMS, hierarchical=False)).hierarchical is False
+    with pytest.raises(ValueError, match="hierarchical"):
+        deepreduce_tf.from_params(dict(HIER_PARAMS, hierarchical="yes"))
+    # The summable exchanges already go through TensorFlow's all-reduce.
+    ops = drd.DeepReduceCrossDeviceOps({"compressor": "randomk", "compress_ratio": 0.1,
+                                        "communicator": "allreduce"})
+    assert ops._builder.hierarchical is False  # pylint: disable=protected-access
+    assert drd.DeepReduceCrossDeviceOps(HIER_PARAMS)._builder.hierarchical is True  # pylint: disable=protected-access
 
 
 # ------------------------------------------------------------- parity
