@@ -320,3 +320,26 @@ def test_measure_profile_tiny(tmp_path):
     p = scaling.Profile.from_dict(d)
     step = scaling.predict(p, scaling.get_model("resnet20"), "golomb_qsgd_dgc", 4, gbit(1))
     assert step.total > 0
+
+
+def test_overlap_hides_only_tfs_dense_allreduce(fixed, capsys):
+    import dataclasses
+
+    model = scaling.get_model("resnet50")
+    link = gbit(10)
+    hidden = dataclasses.replace(fixed, overlap=0.5)
+    plain = scaling.predict(fixed, model, "uncompressed", 4, link)
+    half = scaling.predict(hidden, model, "uncompressed", 4, link)
+    assert half.exchange == pytest.approx(max(0.0, plain.exchange - 0.5 * 0.100))
+    for config in ("golomb_qsgd_dgc", "powersgd_r2"):
+        assert scaling.predict(hidden, model, config, 4, link).total == \
+            scaling.predict(fixed, model, config, 4, link).total
+    rc, _, err = _run(["--model=resnet20", "--link=1gbit", "--overlap=1.5"], capsys)
+    assert rc == 1 and "--overlap must be in [0, 1]" in err
+
+
+def test_powersgd_validation_rows():
+    rows = cli.validate_powersgd(scaling.load_profile("cpu_2core"), RESULTS)
+    held = [r for r in rows if not r["fit"]]
+    assert [r["link"] for r in held] == ["100mbit", "20mbit"]
+    assert all(abs(r["error"]) <= 0.15 for r in rows)
