@@ -46,9 +46,9 @@ def candidates(model, gpus):
     rec = model.recommended
     rows = [("TF all-reduce (uncompressed)", "uncompressed", False),
             (f"{rec} flat", rec, False)]
-    if gpus > 1:
-        rows.append((f"{rec} hierarchical", rec, True))
     if model.shapes is not None:
+        # With one device per worker hierarchical is the flat exchange (same row).
+        rows.append((f"{rec} hierarchical", rec, True))
         rows.append(("lgc_rar", "lgc_rar", False))
         rows += [(f"powersgd rank {r}", f"powersgd_r{r}", False) for r in POWERSGD_RANKS]
     return rows
@@ -111,7 +111,9 @@ def _ms(seconds):
 
 def format_answer(profile, model, workers, gpus, link, rows, text, compute_source):
     out = []
-    out.append(f"model {model.name} ({model.elements:,} parameters{'; ' + model.note if model.note else ''})")
+    size = (f"{model.elements:,} parameters" if model.shapes is not None
+            else "IndexedSlices; bytes as measured with 2 workers")
+    out.append(f"model {model.name} ({size}{'; ' + model.note if model.note else ''})")
     out.append(f"{workers} worker(s) x {gpus} GPU(s); link {link.name}: "
                f"{link.bandwidth / 1e9:g} Gbit/s x {link.efficiency:g}, latency "
                f"{link.latency * 1e6:g} us per message")
