@@ -1,7 +1,8 @@
 """deepreduce-scaling: will gradient compression pay on my cluster?
 
-    deepreduce-scaling --model=resnet50 --workers=16 --gpus_per_worker=8 --link=25gbit --profile=h100
-    deepreduce-scaling --parameters=350000000 --compute_ms=200 --workers=8 --link=10gbit --profile=h100
+    deepreduce-scaling --model=resnet50 --workers=16 --gpus_per_worker=8 --link=25gbit \
+        --profile=h100
+    deepreduce-scaling --parameters=350000000 --compute_ms=200 --workers=8 --link=10gbit
     deepreduce-scaling --shapes=shapes.json --workers=4 --bandwidth_gbit=1 --latency_us=50
     deepreduce-scaling --measure_profile=my_machine.json [--model=resnet20 --steps=10]
     deepreduce-scaling --validate=benchmarks/results         # the docs' validation table
@@ -17,7 +18,6 @@ exit code 1.
 import argparse
 import dataclasses
 import json
-import math
 import os
 import socket
 import statistics
@@ -281,7 +281,8 @@ def format_grid(entries):
             for lab in labels:
                 v = e.get(lab)
                 cells.append("-" if v is None else (f"**{v:.2f}**" if v > 1 else f"{v:.2f}"))
-            lines.append(f"| {e['link']} | {e['workers']} | {e['tf_ms']:.0f} | " + " | ".join(cells) + " |")
+            lines.append(f"| {e['link']} | {e['workers']} | {e['tf_ms']:.0f} | "
+                         + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -477,7 +478,8 @@ def measure_profile(path, model_name="resnet20", steps=10, repeats=5, batch=32, 
         "link": {"wire_overhead": 1.06,
                  "wire_overhead_source": "the project's measurement over TCP (docs/benchmarks.md)",
                  "latency_us": latency * 1e6,
-                 "latency_source": "half the median round trip of a 1-byte TCP ping-pong on the loopback",
+                 "latency_source": "half the median round trip of a 1-byte TCP ping-pong "
+                                   "on the loopback",
                  "named": {"loopback": {"gbit": bandwidth / 1e9, "efficiency": 1.0,
                                         "burst_bytes": 0,
                                         "source": "one TCP stream over 127.0.0.1"}}},
@@ -515,7 +517,8 @@ def _parser():
     p.add_argument("--overlap", type=float,
                    help="fraction of the compute under which TF's dense all-reduce hides "
                         "(0..1; default: the profile's)")
-    p.add_argument("--measure_profile", metavar="OUT.json", help="measure this machine, write a profile")
+    p.add_argument("--measure_profile", metavar="OUT.json",
+                   help="measure this machine, write a profile")
     p.add_argument("--steps", type=int, default=10, help="--measure_profile: timed steps")
     p.add_argument("--repeats", type=int, default=5, help="--measure_profile: codec repeats")
     p.add_argument("--batch_size", type=int, default=32, help="--measure_profile: batch")
@@ -552,7 +555,8 @@ def _link(args, profile):
             raise UsageError("give --link or --bandwidth_gbit, not both")
         if not args.bandwidth_gbit > 0:
             raise UsageError(f"--bandwidth_gbit must be > 0, got {args.bandwidth_gbit}")
-        latency = args.latency_us if args.latency_us is not None else float(profile.link["latency_us"])
+        latency = (args.latency_us if args.latency_us is not None
+                   else float(profile.link["latency_us"]))
         return scaling.Link(f"{args.bandwidth_gbit:g} Gbit/s", args.bandwidth_gbit * 1e9,
                             latency * 1e-6)
     if not args.link:
@@ -581,7 +585,8 @@ def run(argv=None):
         rows = validate(profile, args.validate)
         print(format_validation(rows))
         extra = validate_powersgd(profile, args.validate)
-        print("\nPowerSGD rank 4, ResNet-20 (another sitting: compute from its uncompressed rows)\n")
+        print("\nPowerSGD rank 4, ResNet-20 (another sitting: compute from its "
+              "uncompressed rows)\n")
         print(format_validation(extra))
         rows += extra
         if args.json:

@@ -156,13 +156,17 @@ RESNET20_STEPS_RATIO = {
 # Fashion-MNIST, 2 workers), printed beside predictions whose steps to target
 # are assumed: a faster step is worth nothing at a lower accuracy.
 ACCURACY_NOTES = {
-    "golomb_qsgd_dgc": "ResNet-20: +0.38 pts vs uncompressed, 3 seeds, 600 steps (docs/benchmarks.md)",
-    "golomb_qsgd": "ResNet-20: -1.90 pts, 3 seeds, 600 steps; NCF: HR@10 within 0.6 pts (docs/benchmarks.md)",
+    "golomb_qsgd_dgc": "ResNet-20: +0.38 pts vs uncompressed, 3 seeds, 600 steps "
+                       "(docs/benchmarks.md)",
+    "golomb_qsgd": "ResNet-20: -1.90 pts, 3 seeds, 600 steps; NCF: HR@10 within 0.6 pts "
+                   "(docs/benchmarks.md)",
     "lgc_rar": "ResNet-20: -4.2 pts at 600 steps, -1.2 pts at 1,500 steps, one seed; "
-               "its warm-up phases (dense rounds, autoencoder training) are not in this model (docs/lgc.md)",
+               "its warm-up phases (dense rounds, autoencoder training) are not in this model "
+               "(docs/lgc.md)",
     "powersgd_r1": "ResNet-20: -6.45 pts, 3 seeds, 600 steps (docs/powersgd.md)",
     "powersgd_r2": "ResNet-20: -3.07 pts, 3 seeds, 600 steps (docs/powersgd.md)",
-    "powersgd_r4": "ResNet-20: -0.67 pts (choosing seeds), -1.27 pts (fresh seeds), 600 steps (docs/powersgd.md)",
+    "powersgd_r4": "ResNet-20: -0.67 pts (choosing seeds), -1.27 pts (fresh seeds), 600 steps "
+                   "(docs/powersgd.md)",
 }
 
 MODELS = {
@@ -408,8 +412,8 @@ def _require(obj, key, where):
 def _positive(value, where, allow_zero=False):
     if isinstance(value, bool) or not isinstance(value, (int, float)) or \
             value < 0 or (value == 0 and not allow_zero) or math.isnan(value):
-        raise ScalingError(f"profile {where}: expected a {'non-negative' if allow_zero else 'positive'}"
-                           f" number, got {value!r}")
+        kind = "non-negative" if allow_zero else "positive"
+        raise ScalingError(f"profile {where}: expected a {kind} number, got {value!r}")
     return float(value)
 
 
