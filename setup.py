@@ -217,7 +217,8 @@ setup(
     # (command line, models, data sets, reports) built on it.
     packages=find_packages(include=["deepreduce_tf", "deepreduce_tf.*",
                                     "deepreduce_bench", "deepreduce_bench.*"]),
-    package_data={"deepreduce_tf.ops": [LIB_NAME + ".so", LIB_NAME + ".json"]},
+    package_data={"deepreduce_tf.ops": [LIB_NAME + ".so", LIB_NAME + ".json"],
+                  "deepreduce_tf": ["profiles/*.json"]},
     ext_modules=[Extension("deepreduce_tf.ops." + LIB_NAME, sources=[])],
     cmdclass={"build_ext": BuildOps},
     python_requires=">=3.10",
@@ -236,6 +237,7 @@ setup(
         "console_scripts": [
             "deepreduce-bench = deepreduce_bench.cli:main",
             "deepreduce-plot = deepreduce_bench.cli:plot_main",
+            "deepreduce-scaling = deepreduce_bench.scaling:main",
             "deepreduce-tf-cnn-benchmarks = deepreduce_tf.tf_cnn_benchmarks:main",
         ],
     },
