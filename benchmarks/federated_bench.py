@@ -560,7 +560,9 @@ def plot(results, path):
     fig.savefig(path, dpi=110)
 
 
-def main(argv=None):
+def parse_args(argv=None):
+    """The parser and the parsed arguments, with --initial_on_clients
+    resolved (its default: on with --downlink=per_node)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--task", default="fmnist", choices=sorted(TASKS),
                         help="fmnist: a CNN on Fashion-MNIST over --clients non-IID clients; "
@@ -599,6 +601,13 @@ def main(argv=None):
                              "lowest seed of those files (one line per configuration)")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.initial_on_clients is None:  # the default: on wherever it applies
+        args.initial_on_clients = args.downlink == "per_node"
+    return parser, args
+
+
+def main(argv=None):
+    parser, args = parse_args(argv)
     if args.plot is None:  # beside the results, not in the working directory
         args.plot = os.path.splitext(args.out)[0] + ".png"
     if args.summarize:
@@ -616,8 +625,6 @@ def main(argv=None):
                         runs.setdefault(r["config"], r)
             plot(list(runs.values()), args.summary_plot)
         return 0
-    if args.initial_on_clients is None:  # the default: on wherever it applies
-        args.initial_on_clients = args.downlink == "per_node"
     if args.initial_on_clients and args.downlink != "per_node":
         parser.error("--initial_on_clients needs --downlink=per_node")
     if args.one:
