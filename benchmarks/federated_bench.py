@@ -1,9 +1,16 @@
 """Federated learning through Flower's simulation engine: FedAvg against
 DeepReduce-compressed FedAvg in both directions (docs/federated.md).
 
-    python benchmarks/federated_bench.py --rounds=50
+    python benchmarks/federated_bench.py --configs=baseline,recommended --seed=10
     python benchmarks/federated_bench.py --configs=fedavg,golomb_qsgd --rounds=5 --clients=20
     python benchmarks/federated_bench.py --task=ncf --per_round=50 --lr=0.005 --epochs=2
+
+The defaults are the standard setup of docs/federated.md ("Measured:
+Fashion-MNIST, 100 non-IID clients, 100 rounds"): --rounds=100
+--eval_every=10 --downlink=per_node --initial_on_clients --min_size=100.
+`--configs=baseline,recommended --seed=S` with no other flag reproduces the
+page's headline on seed S: the aliases of ALIASES name the configuration the
+page recommends and its uncompressed counterpart.
 
 --task=ncf: NeuMF on MovieLens-100K with one client per user (see
 MovieLensNCF); the rest of this text describes --task=fmnist, the default.
@@ -21,16 +28,18 @@ per run), same local training seeds per client and round. Prints one table
 (bytes per direction relative to FedAvg, test accuracy) and writes the JSON
 and a plot of test accuracy against total bytes.
 
---downlink=versions (default): the server's versions, a sampled client gets
+--downlink=versions: the server's versions, a sampled client gets
 the chain of versions it missed or the dense model (first contact); column
 "version" is a version's payload relative to the dense model, i.e. the
 downlink ratio if every client received every version (DeepReduce's paper's
-accounting). --downlink=per_node: one payload per message, the difference
-between the model and what that client holds; with --initial_on_clients the
-clients rebuild the initial model from the seed, so no message is dense.
---min_size=N: tensors under N elements travel dense (the library's default
-1024; 100 compresses every weight tensor of the CNN, as the paper's
-Algorithm 2 compresses every tensor of more than one dimension).
+accounting). --downlink=per_node (default): one payload per message, the
+difference between the model and what that client holds; with
+--initial_on_clients (the default with per_node; --no-initial_on_clients
+turns it off) the clients rebuild the initial model from the seed, so no
+message is dense. --min_size=N: tensors under N elements travel dense
+(default 100: every weight tensor of the CNN is compressed, as the paper's
+Algorithm 2 compresses every tensor of more than one dimension; 1024 is the
+library's default).
 """
 import argparse
 import json
@@ -67,6 +76,25 @@ CONFIGS = {
     "golomb_qsgd3_d12_u25": {"compressor": "topk", "compress_ratio": 0.25, "deepreduce": "both",
                              "index": "golomb", "value": "qsgd", "bits": 3},
 }
+# Names for the configurations the page's headline is about: `recommended` is
+# the configuration docs/federated.md recommends, `baseline` its uncompressed
+# counterpart (the same server optimizer, dense both ways). The runs record
+# the real configuration (a result's "config", its "alias" beside it).
+ALIASES = {
+    "baseline": "fedavg",
+    "recommended": "golomb_qsgd2_r22",
+}
+# The page's standard flags, the defaults of main()'s parser.
+STANDARD_FLAGS = {"rounds": 100, "eval_every": 10, "downlink": "per_node",
+                  "initial_on_clients": True, "min_size": 100}
+
+
+def resolve(name):
+    """A configuration's name in CONFIGS: an alias's configuration, or the
+    name itself."""
+    return ALIASES.get(name, name)
+
+
 # Configurations whose downlink (the server's) differs from the uplink; the
 # others compress both directions alike.
 SERVER_CONFIGS = {  # the uplink's dict with the downlink's own ratio
@@ -466,12 +494,17 @@ def seeds_table(records):
     direction (mean over seeds), the final metric per seed, its mean ± sd
     (ddof 1), and the difference to FedAvg of the same seed (same sampled
     clients) in points, mean ± sd: of the final metric, and of the mean of
-    the last LAST evaluations."""
-    runs = {}
+    the last LAST evaluations. A configuration run under an alias of ALIASES
+    is named with it ("golomb_qsgd2_r22 (recommended)"); the runs of
+    `baseline` (FedAvg where no record says otherwise) are the reference."""
+    runs, aliases = {}, {}
     for rec in records:
         seed = rec["settings"]["seed"]
         for r in rec["results"]:
             runs.setdefault(r["config"], {})[seed] = figures(r)
+            if r.get("alias"):
+                aliases.setdefault(r["config"], set()).add(r["alias"])
+    reference = next((c for c, a in aliases.items() if "baseline" in a), "fedavg")
     name = _metric_name([r for rec in records for r in rec["results"]])
     lines = [f"| configuration | seeds | down vs FedAvg | up vs FedAvg | total | {name} per seed "
              f"| mean ± sd | vs FedAvg (same seed), pts | last {LAST} evaluations vs FedAvg, pts |",
@@ -482,7 +515,7 @@ def seeds_table(records):
         sd = values.std(ddof=1) if len(values) > 1 else math.nan
         return values.mean(), sd
 
-    base = runs.get("fedavg", {})
+    base = runs.get(reference, {})
     for config, by_seed in runs.items():
         seeds = sorted(by_seed)
         finals = [by_seed[s]["final"] for s in seeds]
@@ -490,13 +523,14 @@ def seeds_table(records):
         vs = []
         for key in ("final", "last"):
             paired = [100 * (by_seed[s][key] - base[s][key]) for s in seeds if s in base]
-            if config == "fedavg" or not paired:
+            if config == reference or not paired:
                 vs.append("–")
             else:
                 pm, psd = mean_sd(paired)
                 vs.append(f"{pm:+.2f}" + ("" if math.isnan(psd) else f" ± {psd:.2f}"))
         ratio = {k: np.mean([by_seed[s][k] for s in seeds]) for k in ("down", "up", "total")}
-        lines.append(f"| {config} | {len(seeds)} | {ratio['down']:.4f} | {ratio['up']:.4f} | "
+        label = config + (f" ({', '.join(sorted(aliases[config]))})" if config in aliases else "")
+        lines.append(f"| {label} | {len(seeds)} | {ratio['down']:.4f} | {ratio['up']:.4f} | "
                      f"{ratio['total']:.4f} | {', '.join(f'{v:.4f}' for v in finals)} | "
                      f"{m:.4f}" + ("" if math.isnan(sd) else f" ± {sd:.4f}")
                      + f" | {vs[0]} | {vs[1]} |")
@@ -526,13 +560,17 @@ def plot(results, path):
     fig.savefig(path, dpi=110)
 
 
-def main(argv=None):
+def parse_args(argv=None):
+    """The parser and the parsed arguments, with --initial_on_clients
+    resolved (its default: on with --downlink=per_node)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--task", default="fmnist", choices=sorted(TASKS),
                         help="fmnist: a CNN on Fashion-MNIST over --clients non-IID clients; "
                              "ncf: NeuMF on MovieLens-100K, one client per user (943)")
-    parser.add_argument("--configs", default=",".join(CONFIGS))
-    parser.add_argument("--rounds", type=int, default=50)
+    parser.add_argument("--configs", default=",".join(CONFIGS),
+                        help="comma-separated names of CONFIGS, or the aliases "
+                             + ", ".join(f"{a} ({c})" for a, c in ALIASES.items()))
+    parser.add_argument("--rounds", type=int, default=STANDARD_FLAGS["rounds"])
     parser.add_argument("--clients", type=int, default=100)
     parser.add_argument("--per_round", type=int, default=10)
     parser.add_argument("--alpha", type=float, default=0.5)
@@ -540,16 +578,19 @@ def main(argv=None):
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--eval_every", type=int, default=5)
-    parser.add_argument("--downlink", default="versions", choices=["versions", "per_node"],
+    parser.add_argument("--eval_every", type=int, default=STANDARD_FLAGS["eval_every"])
+    parser.add_argument("--downlink", default=STANDARD_FLAGS["downlink"],
+                        choices=["versions", "per_node"],
                         help="versions: chains of the server's versions (dense at first "
                              "contact); per_node: one payload per message over what the "
                              "client holds")
-    parser.add_argument("--initial_on_clients", action="store_true",
+    parser.add_argument("--initial_on_clients", action=argparse.BooleanOptionalAction,
+                        default=None,
                         help="with --downlink=per_node: clients rebuild the initial model "
-                             "from the seed, so no message is dense")
-    parser.add_argument("--min_size", type=int, default=None,
-                        help="tensors under this many elements travel dense [library: 1024]")
+                             "from the seed, so no message is dense [on with per_node]")
+    parser.add_argument("--min_size", type=int, default=STANDARD_FLAGS["min_size"],
+                        help="tensors under this many elements travel dense "
+                             "[100: every weight tensor of the CNN; the library's: 1024]")
     parser.add_argument("--out", default="federated_bench.json")
     parser.add_argument("--plot", default=None,
                         help="the accuracy plot [--out with .png instead of its extension]")
@@ -560,6 +601,13 @@ def main(argv=None):
                              "lowest seed of those files (one line per configuration)")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.initial_on_clients is None:  # the default: on wherever it applies
+        args.initial_on_clients = args.downlink == "per_node"
+    return parser, args
+
+
+def main(argv=None):
+    parser, args = parse_args(argv)
     if args.plot is None:  # beside the results, not in the working directory
         args.plot = os.path.splitext(args.out)[0] + ".png"
     if args.summarize:
@@ -582,9 +630,10 @@ def main(argv=None):
     if args.one:
         return run_one(args)
     names = [c for c in args.configs.split(",") if c]
-    unknown = [c for c in names if c not in CONFIGS]
+    unknown = [c for c in names if resolve(c) not in CONFIGS]
     if unknown:
-        parser.error(f"unknown configuration(s) {unknown}; valid: {', '.join(CONFIGS)}")
+        parser.error(f"unknown configuration(s) {unknown}; valid: {', '.join(CONFIGS)}, "
+                     f"or the aliases {', '.join(ALIASES)}")
     data = data_source(args.task)
     if data == "synthetic":
         from deepreduce_bench.data import INSTALL_HINT
@@ -594,7 +643,7 @@ def main(argv=None):
     results = []
     env = installed_ops_env(dict(os.environ, RAY_DISABLE_USAGE_STATS="1"))
     for name in names:
-        cmd = [sys.executable, os.path.abspath(__file__), f"--one={name}"] + [
+        cmd = [sys.executable, os.path.abspath(__file__), f"--one={resolve(name)}"] + [
             a for a in (argv if argv is not None else sys.argv[1:])
             if not a.startswith(("--configs", "--one", "--out", "--plot"))]
         start = time.perf_counter()
@@ -603,14 +652,19 @@ def main(argv=None):
         if proc.returncode or not lines:
             sys.exit(f"{name} failed:\n{(proc.stdout + proc.stderr)[-3000:]}")
         results.append(json.loads(lines[-1][len("RESULT "):]))
+        if name in ALIASES:
+            results[-1]["alias"] = name
         print(f"{name}: done in {time.perf_counter() - start:.0f} s", file=sys.stderr)
     record = {"command": "benchmarks/federated_bench.py " + " ".join(sys.argv[1:]),
               "settings": {k: v for k, v in vars(args).items() if k != "one"}, "data": data,
+              "aliases": {n: resolve(n) for n in names if n in ALIASES},
               "results": results}
     with open(args.out, "w") as f:
         json.dump(record, f, indent=1)
     plot(results, args.plot)
     print(table(results))
+    for name, config in record["aliases"].items():
+        print(f"{name}: {config}")
     if data == "synthetic":
         print("data: SYNTHETIC (Fashion-MNIST not installed): not Fashion-MNIST's accuracies")
     print(f"wrote {args.out} and {args.plot}")

@@ -189,3 +189,68 @@ def test_summary_plot_draws_each_configuration_of_the_lowest_seed(tmp_path, monk
     out = tmp_path / "seed0.png"
     assert fb.main(["--summarize", ",".join(map(str, paths)), "--summary_plot", str(out)]) == 0
     assert drawn == {"path": str(out), "finals": {"fedavg": 0.80, "golomb_qsgd": 0.79}}
+
+
+DOCS = os.path.join(REPO_ROOT, "docs", "federated.md")
+
+
+def test_the_aliases_name_configurations_of_the_table():
+    assert set(fb.ALIASES) == {"baseline", "recommended"}
+    for alias, config in fb.ALIASES.items():
+        assert alias not in fb.CONFIGS and config in fb.CONFIGS
+        assert fb.resolve(alias) == config
+    assert fb.CONFIGS[fb.resolve("baseline")] is None  # uncompressed
+    assert fb.CONFIGS[fb.resolve("recommended")] is not None
+    assert fb.resolve("golomb_qsgd") == "golomb_qsgd"
+    # The page recommends the configuration the alias names.
+    with open(DOCS) as f:
+        assert f"`recommended` → `{fb.ALIASES['recommended']}`" in f.read()
+
+
+def test_the_defaults_are_the_pages_standard_flags():
+    flags = "--rounds=100 --eval_every=10 --downlink=per_node --initial_on_clients --min_size=100"
+    with open(DOCS) as f:
+        assert flags in f.read()
+    _, default = fb.parse_args([])
+    _, explicit = fb.parse_args(flags.split())
+    assert vars(default) == vars(explicit)
+    assert {k: getattr(default, k) for k in fb.STANDARD_FLAGS} == fb.STANDARD_FLAGS == {
+        "rounds": 100, "eval_every": 10, "downlink": "per_node", "initial_on_clients": True,
+        "min_size": 100}
+    _, versions = fb.parse_args(["--downlink=versions"])  # initial_on_clients follows
+    assert versions.initial_on_clients is False
+    _, off = fb.parse_args(["--no-initial_on_clients"])
+    assert off.initial_on_clients is False
+
+
+def test_aliases_run_their_configuration_and_are_recorded(tmp_path, monkeypatch, capsys):
+    calls = []
+
+    def fake_run(cmd, capture_output, text, env):
+        calls.append(cmd)
+        config = next(a for a in cmd if a.startswith("--one="))[len("--one="):]
+        rows = [{"down_messages": 2, "down_bytes": 2000 if config == "fedavg" else 100,
+                 "up_messages": 2, "up_bytes": 2000 if config == "fedavg" else 100}]
+        result = {"config": config, "rounds": rows, "dense_bytes": 1000,
+                  "curve": [{"round": 1, "accuracy": 0.5}]}
+        return type("Proc", (), {"returncode": 0, "stderr": "",
+                                 "stdout": "RESULT " + json.dumps(result)})()
+
+    monkeypatch.setattr(fb.subprocess, "run", fake_run)
+    monkeypatch.setattr(fb, "data_source", lambda task: "fashion-mnist")
+    monkeypatch.setattr(fb, "plot", lambda results, path: None)
+    out = tmp_path / "s10.json"
+    fb.main(["--configs=baseline,recommended", "--seed=10", f"--out={out}"])
+    assert [c[2] for c in calls] == ["--one=fedavg", f"--one={fb.ALIASES['recommended']}"]
+    for c in calls:  # the children get the defaults: no flag but the seed
+        assert [a for a in c[3:] if not a.startswith("--seed")] == []
+    record = json.loads(out.read_text())
+    assert record["aliases"] == fb.ALIASES
+    assert [(r["config"], r["alias"]) for r in record["results"]] == [
+        ("fedavg", "baseline"), (fb.ALIASES["recommended"], "recommended")]
+    assert record["settings"]["rounds"] == 100 and record["settings"]["min_size"] == 100
+    capsys.readouterr()
+    assert fb.main(["--summarize", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2].startswith("| fedavg (baseline) | 1 |")
+    assert lines[3].startswith(f"| {fb.ALIASES['recommended']} (recommended) | 1 | 0.0500 |")
