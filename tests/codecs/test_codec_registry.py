@@ -16,6 +16,7 @@ from deepreduce_tf import flags as dr_flags
 from deepreduce_tf.codecs import base
 from deepreduce_tf.codecs import index as ic
 from deepreduce_tf.codecs import value as vc
+from deepreduce_tf.ops import codec_table
 from deepreduce_tf.ops import payload as payload_ops
 from deepreduce_tf.ops import value as value_ops
 
@@ -44,6 +45,8 @@ HISTORIC_ALIASES = {
               "zlib": "deflate", "gzip": "deflate", "polyfit_cpu": "polyfit"},
 }
 BUILTIN = [(kind, name) for kind in base.KINDS for name in HISTORIC_IDS[kind]]
+# Every codec of the codec table (a codec added per docs/codecs.md included).
+TABLE = [(r.kind, r.name) for r in codec_table.rows()]
 
 
 def build(params, **kwargs):
@@ -223,7 +226,7 @@ def _roundtrip_params(kind, name):
     return {"compressor": "topk", "compress_ratio": 0.1, "deepreduce": kind, kind: name}
 
 
-@pytest.mark.parametrize("kind,name", BUILTIN)
+@pytest.mark.parametrize("kind,name", TABLE)
 def test_every_codec_from_params_roundtrips(kind, name):
     c = build(_roundtrip_params(kind, name))
     spec = codecs.get_spec(kind, name)

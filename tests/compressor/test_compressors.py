@@ -12,13 +12,16 @@ import payload_reference
 from deepreduce_tf import compressor
 from deepreduce_tf.codecs import index as index_codecs
 from deepreduce_tf.codecs import value as value_codecs
+from deepreduce_tf.ops import codec_table
 from deepreduce_tf.ops import value as value_ops
 
 N_SHAPE = (125, 160)  # n = 20,000
 RATIO = 0.01          # K = 200
-INDEXES = ["raw", "int32", "bitmap", "rle", "golomb", "bloom:p0", "bloom:leftmost",
-           "bloom:random", "bloom:conflict_sets"]
-VALUES = ["raw", "polyfit", "dexp", "qsgd", "fp16", "bf16", "deflate"]
+# Every codec of the codec table (a codec added per docs/codecs.md included);
+# bloom with each of its policies.
+INDEXES = [name for name in codec_table.names("index") if name != "bloom"] + [
+    "bloom:p0", "bloom:leftmost", "bloom:random", "bloom:conflict_sets"]
+VALUES = list(codec_table.names("value"))
 FPR = 0.01
 
 
