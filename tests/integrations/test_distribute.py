@@ -495,6 +495,16 @@ def test_hierarchical_learned_gradient_compression_ps(tmp_path):
                         np.testing.assert_array_equal(r[f"resumed_s{step}_t{j}_r{rep}"], got)
 
 
+def test_the_flat_multi_device_exchange_refuses_what_hangs(tmp_path):
+    """The flat exchange with several devices per worker and a value codec
+    hangs in a graph (docs/scaling.md): it is refused with the fix instead."""
+    params = {"compressor": "topk", "compress_ratio": 0.05, "deepreduce": "value",
+              "value": "fp16", "hierarchical": False}
+    with pytest.raises(AssertionError, match="NotImplementedError: the flat exchange"):
+        _run_workers(2, params, script="hierarchical_worker.py", mode="function", steps=1,
+                     ckpt=str(tmp_path), timeout=120)
+
+
 def test_hierarchical_is_a_checked_parameter():
     assert deepreduce_tf.from_params(HIER_PARAMS).hierarchical is True
     assert deepreduce_tf.from_params(dict(HIER_PARAMS, hierarchical=False)).hierarchical is False
