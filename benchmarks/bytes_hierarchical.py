@@ -65,6 +65,19 @@ def _values(tf, value_lib, model, devices, first):
     return values
 
 
+def _last_step_bytes(tf, ops, values, steps):
+    """Reduces `values` (SUM) `steps` times in one tf.function; the last
+    step's ops.step_bytes()."""
+
+    @tf.function
+    def step():
+        return ops.batch_reduce(tf.distribute.ReduceOp.SUM, [(v, v) for v in values])
+
+    for _ in range(steps):
+        step()
+    return ops.step_bytes()
+
+
 def _flat(spec):
     """The flat exchange's accounting: W·G replicas, each its own worker on
     the wire, in one process (DeepReduceCrossDeviceOps over W·G logical
@@ -84,14 +97,7 @@ def _flat(spec):
     ops = drd.DeepReduceCrossDeviceOps(CONFIGS[spec["config"]])
     drd.KerasState(ops)
     values = _values(tf, value_lib, spec["model"], devices, first=0)
-
-    @tf.function
-    def step():
-        return ops.batch_reduce(tf.distribute.ReduceOp.SUM, [(v, v) for v in values])
-
-    for _ in range(spec["steps"]):
-        step()
-    b = ops.step_bytes()
+    b = _last_step_bytes(tf, ops, values, spec["steps"])
     return {"workers": workers, "gpus": gpus, "hierarchical": False, "senders": gpus,
             "dense_bytes": b["dense_bytes"], "sent_per_worker": b["sent_bytes"] * gpus,
             "received_per_worker": b["received_bytes"] * gpus,
@@ -120,14 +126,7 @@ def _worker(spec):
                                       id_in_cluster=task)
     drd.KerasState(ops)  # never resumed: no StateNotSavedWarning
     values = _values(tf, value_lib, spec["model"], devices, first=task * gpus)
-
-    @tf.function
-    def step():
-        return ops.batch_reduce(tf.distribute.ReduceOp.SUM, [(v, v) for v in values])
-
-    for _ in range(spec["steps"]):
-        step()
-    b = ops.step_bytes()
+    b = _last_step_bytes(tf, ops, values, spec["steps"])
     senders = b["replicas"]
     return {"workers": workers, "gpus": gpus, "hierarchical": ops.hierarchical,
             "senders": senders, "dense_bytes": b["dense_bytes"],
