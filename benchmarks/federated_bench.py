@@ -3,6 +3,7 @@ DeepReduce-compressed FedAvg in both directions (docs/federated.md).
 
     python benchmarks/federated_bench.py --configs=baseline,recommended --seed=10
     python benchmarks/federated_bench.py --configs=fedavg,golomb_qsgd --rounds=5 --clients=20
+    python benchmarks/federated_bench.py --configs=fedavg@fedavgm,golomb_qsgd2_r22@fedavgm
     python benchmarks/federated_bench.py --task=ncf --per_round=50 --lr=0.005 --epochs=2
 
 The defaults are the standard setup of docs/federated.md ("Measured:
@@ -84,14 +85,63 @@ ALIASES = {
     "baseline": "fedavg",
     "recommended": "golomb_qsgd2_r22",
 }
+# Server optimizers: a configuration "<compression>@<server>" runs the
+# compression of CONFIGS under the Flower strategy named here (FedAvg when no
+# "@" is given). The uncompressed run of a server optimizer is
+# "fedavg@<server>": the dense exchange, that server's update rule; it is the
+# reference its compressed runs are compared with (never plain FedAvg).
+SERVERS = {
+    "fedavg": ("FedAvg", {}),
+    # Hsu, Qi, Brown 2019: server momentum 0.9 (Flower's FedAvgM baseline:
+    # server learning rate 1.0); and the same momentum at an effective
+    # learning rate of 1 (lr / (1 - momentum)).
+    "fedavgm": ("FedAvgM", {"server_momentum": 0.9, "server_learning_rate": 1.0}),
+    "fedavgm_eff1": ("FedAvgM", {"server_momentum": 0.9, "server_learning_rate": 0.1}),
+    # Reddi et al. 2021 (adaptive federated optimization): server Adam.
+    "fedadam": ("FedAdam", {"eta": 0.01, "eta_l": 0.05, "beta_1": 0.9, "beta_2": 0.99,
+                            "tau": 1e-3}),
+}
+UNCOMPRESSED = "fedavg"  # CONFIGS' dense entry
+
+
+def split_name(name):
+    """A configuration's (compression, server) names: "golomb_qsgd@fedavgm"
+    -> ("golomb_qsgd", "fedavgm"); without "@" the server is FedAvg."""
+    compression, _, server = name.partition("@")
+    return compression, server or "fedavg"
+
+
+def reference_of(name):
+    """The uncompressed run a configuration is compared with: the dense
+    exchange under the same server optimizer."""
+    server = split_name(name)[1]
+    return UNCOMPRESSED if server == "fedavg" else f"{UNCOMPRESSED}@{server}"
+
+
+def known(name):
+    """Whether a (resolved) configuration name is one of CONFIGS under one
+    of SERVERS."""
+    compression, server = split_name(name)
+    return compression in CONFIGS and server in SERVERS and name.count("@") <= 1 and (
+        "@" not in name or server != "fedavg")
+
+
+def make_strategy(server, **kwargs):
+    """The Flower strategy of SERVERS[server] with the sampling kwargs."""
+    from flwr.serverapp import strategy as strategies
+
+    cls, extra = SERVERS[server]
+    return getattr(strategies, cls)(**kwargs, **extra)
+
+
 # The page's standard flags, the defaults of main()'s parser.
 STANDARD_FLAGS = {"rounds": 100, "eval_every": 10, "downlink": "per_node",
                   "initial_on_clients": True, "min_size": 100}
 
 
 def resolve(name):
-    """A configuration's name in CONFIGS: an alias's configuration, or the
-    name itself."""
+    """A configuration's name ("<CONFIGS entry>[@<SERVERS entry>]"): an
+    alias's configuration, or the name itself."""
     return ALIASES.get(name, name)
 
 
@@ -329,13 +379,13 @@ def run_one(args):
     from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
     from flwr.clientapp import ClientApp
     from flwr.serverapp import ServerApp
-    from flwr.serverapp.strategy import FedAvg
     from flwr.simulation import run_simulation
 
     from deepreduce_tf.federated import DeepReduceMod, DeepReduceStrategy, RowwiseMean
 
-    params = CONFIGS[args.one]
-    server_params = SERVER_CONFIGS.get(args.one)
+    compression, server_opt = split_name(args.one)
+    params = CONFIGS[compression]
+    server_params = SERVER_CONFIGS.get(compression)
     if params is not None and args.min_size is not None:
         params = dict(params, min_size=args.min_size)
         if server_params is not None:
@@ -394,9 +444,9 @@ def run_one(args):
                   flush=True)
             return MetricRecord({task.metric: value})
 
-        fedavg = FedAvg(fraction_train=args.per_round / task.num_clients,
-                        min_train_nodes=args.per_round, min_available_nodes=task.num_clients,
-                        fraction_evaluate=0.0)
+        fedavg = make_strategy(server_opt, fraction_train=args.per_round / task.num_clients,
+                               min_train_nodes=args.per_round,
+                               min_available_nodes=task.num_clients, fraction_evaluate=0.0)
         inner = RowwiseMean(fedavg, rowwise) if rowwise else fedavg
         strategy = inner if params is None else DeepReduceStrategy(
             inner, params, server_params=server_params, downlink=args.downlink,
@@ -424,7 +474,10 @@ def run_one(args):
                        evaluate_fn=evaluate)
         out["failed"] = failed
         out.update(config=args.one, params=params, server_params=server_params,
-                   description=DESCRIPTIONS[args.one],
+                   description=DESCRIPTIONS[compression] + (
+                       "" if server_opt == "fedavg" else f"; server {server_opt}: "
+                       f"{SERVERS[server_opt][0]}({json.dumps(SERVERS[server_opt][1])[1:-1]})"),
+                   server=server_opt,
                    downlink=None if params is None else args.downlink,
                    initial_on_clients=params is not None and args.initial_on_clients,
                    task=args.task, metric=task.metric, rowwise=rowwise,
@@ -457,7 +510,7 @@ def figures(r):
     fed_up = r["dense_bytes"] * sum(x["up_messages"] for x in rounds)
     versions = sum(x.get("versions", 0) for x in rounds)
     version = (sum(x.get("version_bytes", 0) for x in rounds) / (versions * r["dense_bytes"])
-               if versions else (1.0 if r["config"] == "fedavg" else None))
+               if versions else (1.0 if split_name(r["config"])[0] == UNCOMPRESSED else None))
     metric = r.get("metric", "accuracy")
     last = [c[metric] for c in r["curve"][-LAST:]]
     return {"down_round": down / len(rounds), "up_round": up / len(rounds),
@@ -472,13 +525,14 @@ def _metric_name(results):
 
 
 def table(results):
-    base = next((r for r in results if r["config"] == "fedavg"), None)
+    bases = {r["config"]: r for r in results if r["config"] == reference_of(r["config"])}
     lines = [f"{'configuration':<18} | {'down B/round':>12} | {'up B/round':>11} | "
              f"{'down vs FedAvg':>14} | {'version':>7} | {'up vs FedAvg':>12} | "
              f"{'total':>6} | {_metric_name(results):>9} | {'vs FedAvg':>9}"]
     for r in results:
         f = figures(r)
         version = "-" if f["version"] is None else f"{f['version']:.4f}"
+        base = bases.get(reference_of(r["config"]))
         delta = (f"{100 * (f['final'] - figures(base)['final']):+.2f} pts"
                  if base and base["curve"] else "-")
         lines.append(f"{r['config']:<18} | {f['down_round']:>12,.0f} | "
@@ -495,8 +549,11 @@ def seeds_table(records):
     (ddof 1), and the difference to FedAvg of the same seed (same sampled
     clients) in points, mean ± sd: of the final metric, and of the mean of
     the last LAST evaluations. A configuration run under an alias of ALIASES
-    is named with it ("golomb_qsgd2_r22 (recommended)"); the runs of
-    `baseline` (FedAvg where no record says otherwise) are the reference."""
+    is named with it ("golomb_qsgd2_r22 (recommended)"). The reference of a
+    configuration is the uncompressed run under its server optimizer
+    (reference_of: FedAvg for "golomb_qsgd", "fedavg@fedavgm" for
+    "golomb_qsgd@fedavgm"); bytes are relative to the dense model's, the
+    same for every server optimizer."""
     runs, aliases = {}, {}
     for rec in records:
         seed = rec["settings"]["seed"]
@@ -504,10 +561,10 @@ def seeds_table(records):
             runs.setdefault(r["config"], {})[seed] = figures(r)
             if r.get("alias"):
                 aliases.setdefault(r["config"], set()).add(r["alias"])
-    reference = next((c for c, a in aliases.items() if "baseline" in a), "fedavg")
     name = _metric_name([r for rec in records for r in rec["results"]])
     lines = [f"| configuration | seeds | down vs FedAvg | up vs FedAvg | total | {name} per seed "
-             f"| mean ± sd | vs FedAvg (same seed), pts | last {LAST} evaluations vs FedAvg, pts |",
+             f"| mean ± sd | vs uncompressed (same seed), pts "
+             f"| last {LAST} evaluations vs uncompressed, pts |",
              "|---|--:|--:|--:|--:|---|--:|--:|--:|"]
 
     def mean_sd(values):
@@ -515,8 +572,9 @@ def seeds_table(records):
         sd = values.std(ddof=1) if len(values) > 1 else math.nan
         return values.mean(), sd
 
-    base = runs.get(reference, {})
     for config, by_seed in runs.items():
+        reference = reference_of(config)
+        base = runs.get(reference, {})
         seeds = sorted(by_seed)
         finals = [by_seed[s]["final"] for s in seeds]
         m, sd = mean_sd(finals)
@@ -568,7 +626,9 @@ def parse_args(argv=None):
                         help="fmnist: a CNN on Fashion-MNIST over --clients non-IID clients; "
                              "ncf: NeuMF on MovieLens-100K, one client per user (943)")
     parser.add_argument("--configs", default=",".join(CONFIGS),
-                        help="comma-separated names of CONFIGS, or the aliases "
+                        help="comma-separated names of CONFIGS, each optionally with "
+                             "@<server optimizer> (" + ", ".join(SERVERS) + "; fedavg when "
+                             "omitted), or the aliases "
                              + ", ".join(f"{a} ({c})" for a, c in ALIASES.items()))
     parser.add_argument("--rounds", type=int, default=STANDARD_FLAGS["rounds"])
     parser.add_argument("--clients", type=int, default=100)
@@ -630,10 +690,15 @@ def main(argv=None):
     if args.one:
         return run_one(args)
     names = [c for c in args.configs.split(",") if c]
-    unknown = [c for c in names if resolve(c) not in CONFIGS]
+    unknown = [c for c in names if not known(resolve(c))]
     if unknown:
         parser.error(f"unknown configuration(s) {unknown}; valid: {', '.join(CONFIGS)}, "
-                     f"or the aliases {', '.join(ALIASES)}")
+                     f"each optionally with @ and a server optimizer of "
+                     f"{', '.join(s for s in SERVERS if s != 'fedavg')} "
+                     f"(golomb_qsgd@fedavgm), or the aliases {', '.join(ALIASES)}")
+    if args.task == "ncf" and any(split_name(resolve(c))[1] != "fedavg" for c in names):
+        parser.error("--task=ncf averages its embedding rows with RowwiseMean over FedAvg; "
+                     "a server optimizer (@...) is not supported there: drop the suffix")
     data = data_source(args.task)
     if data == "synthetic":
         from deepreduce_bench.data import INSTALL_HINT

@@ -178,6 +178,7 @@ class DeepReduceStrategy(Strategy):
         self._seen = set()       # nodes sent a message (they no longer hold the initial model)
         self._initial = None     # the first model: what initial_on_clients nodes hold
         self._server_codec = self._client_codec = None
+        self._cast_logged = False
 
     # ------------------------------------------------------------ downlink
     def _row(self, server_round):
@@ -207,6 +208,7 @@ class DeepReduceStrategy(Strategy):
             return
         if names != self._names:
             raise ValueError(f"the model's arrays changed names: {self._names} -> {names}")
+        x = self._model_dtypes(x)
         self._client_codec.check_arrays(x, "the strategy's model")
         if all(np.array_equal(a, b) for a, b in zip(x, self._source)):
             return
@@ -232,6 +234,28 @@ class DeepReduceStrategy(Strategy):
                 for old in [u for u in self._versions if u <= v]:
                     del self._versions[old]
                 break
+
+    def _model_dtypes(self, x):
+        """The strategy's model in the model's own float dtypes. Server
+        optimizers compute in float64 (Flower's FedAdam, FedYogi, FedAdagrad
+        return float64 arrays from a float32 model); the clients hold and
+        train the model's dtype, which is what a Flower client's model casts
+        a float64 array to, so a floating array of the right shape and
+        another float dtype is cast (once logged). Any other mismatch is left
+        to check_arrays' error."""
+        out = []
+        for name, a, dtype in zip(self._names, x, self._client_codec.dtypes):
+            want = dtype.as_numpy_dtype
+            if (a.dtype != want and np.issubdtype(a.dtype, np.floating)
+                    and np.issubdtype(want, np.floating)):
+                if not self._cast_logged:
+                    self._cast_logged = True
+                    logger.info("the wrapped strategy's model is %s (tensor %r); sent as the "
+                                "model's %s, what the clients hold", a.dtype, name,
+                                np.dtype(want).name)
+                a = a.astype(want)
+            out.append(a)
+        return out
 
     def _per_node(self, node):
         """'per_node': (record, base, base_crc, crc, bytes) of the message to

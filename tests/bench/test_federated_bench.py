@@ -254,3 +254,59 @@ def test_aliases_run_their_configuration_and_are_recorded(tmp_path, monkeypatch,
     lines = capsys.readouterr().out.splitlines()
     assert lines[2].startswith("| fedavg (baseline) | 1 |")
     assert lines[3].startswith(f"| {fb.ALIASES['recommended']} (recommended) | 1 | 0.0500 |")
+
+
+def test_server_optimizers_name_their_uncompressed_reference():
+    assert fb.split_name("golomb_qsgd") == ("golomb_qsgd", "fedavg")
+    assert fb.split_name("golomb_qsgd@fedavgm") == ("golomb_qsgd", "fedavgm")
+    assert fb.reference_of("golomb_qsgd") == "fedavg"
+    assert fb.reference_of("golomb_qsgd@fedadam") == "fedavg@fedadam"
+    assert fb.reference_of("fedavg@fedavgm") == "fedavg@fedavgm"
+    for name in ("fedavg", "golomb_qsgd2_r22@fedavgm", "fedavg@fedadam", "topk@fedavgm_eff1"):
+        assert fb.known(name), name
+    for name in ("golomb_qsgd@sgd", "nope@fedavgm", "golomb_qsgd@fedavg", "a@fedavgm@fedadam",
+                 "golomb_qsgd@"):
+        assert not fb.known(name), name
+    from flwr.serverapp.strategy import FedAdam, FedAvgM
+
+    for server, cls in (("fedavgm", FedAvgM), ("fedavgm_eff1", FedAvgM), ("fedadam", FedAdam)):
+        s = fb.make_strategy(server, fraction_train=0.1, min_train_nodes=10,
+                             min_available_nodes=100, fraction_evaluate=0.0)
+        assert type(s) is cls and s.fraction_train == 0.1
+        for key, value in fb.SERVERS[server][1].items():
+            assert getattr(s, key) == value
+    assert type(fb.make_strategy("fedavg")) is FedAvg
+
+
+def test_unknown_server_optimizers_and_ncf_with_one_are_refused(capsys):
+    with pytest.raises(SystemExit):
+        fb.main(["--configs=golomb_qsgd@sgd"])
+    assert "golomb_qsgd@sgd" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        fb.main(["--task=ncf", "--configs=fedavg@fedavgm"])
+    assert "RowwiseMean" in capsys.readouterr().err
+
+
+def test_seeds_table_compares_with_the_same_server_optimizer(tmp_path, capsys):
+    def run(config, final):
+        dense = config.startswith("fedavg")  # the dense runs send the dense model
+        return {"config": config, "dense_bytes": 1000,
+                "rounds": [{"down_messages": 2, "down_bytes": 2000 if dense else 100,
+                            "up_messages": 2, "up_bytes": 2000 if dense else 60}],
+                "curve": [{"round": 1, "accuracy": final}]}
+
+    records = [{"settings": {"seed": s},
+                "results": [run("fedavg", 0.80 + s / 100), run("fedavg@fedavgm", 0.84 + s / 100),
+                            run("golomb_qsgd@fedavgm", 0.83 + s / 100)]} for s in (0, 1)]
+    paths = []
+    for i, rec in enumerate(records):
+        paths.append(tmp_path / f"s{i}.json")
+        paths[-1].write_text(json.dumps(rec))
+    assert fb.main(["--summarize", ",".join(map(str, paths))]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = {ln.split("|")[1].strip(): [c.strip() for c in ln.strip("|").split("|")]
+            for ln in lines[2:]}
+    # Against fedavg@fedavgm (-1 point on each seed), not against FedAvg (+3).
+    assert rows["golomb_qsgd@fedavgm"][7] == "-1.00 ± 0.00"
+    assert rows["fedavg@fedavgm"][7:] == ["–", "–"]
+    assert rows["fedavg@fedavgm"][4] == "1.0000"

@@ -479,6 +479,62 @@ def test_lossless_uplink_and_dense_downlink_is_fedavg(task_identity):
     assert all(d == 3 * dense for d, _ in measured)
 
 
+def _fedavgm_reference(x, mean, state, lr=0.7, momentum=0.9):
+    grad = [w - m for w, m in zip(x, mean)]
+    v = state.get("v")
+    state["v"] = grad if v is None else [momentum * a + g for a, g in zip(v, grad)]
+    return [w - lr * a for w, a in zip(x, state["v"])]
+
+
+def _fedadam_reference(x, mean, state, eta=0.05, b1=0.9, b2=0.99, tau=1e-3):
+    """Flower's FedAdam: Adam on the server over delta = mean - x, its
+    learning rate bias-corrected with round + 1."""
+    delta = [m - w for m, w in zip(mean, x)]
+    state["t"] = state.get("t", 0) + 1
+    m = state.get("m", [np.zeros_like(d) for d in delta])
+    v = state.get("v", [np.zeros_like(d) for d in delta])
+    state["m"] = [b1 * a + (1 - b1) * d for a, d in zip(m, delta)]
+    state["v"] = [b2 * a + (1 - b2) * d * d for a, d in zip(v, delta)]
+    eta_t = eta * np.sqrt(1 - b2 ** (state["t"] + 1)) / (1 - b1 ** (state["t"] + 1))
+    return [w + eta_t * a / (np.sqrt(b) + tau) for w, a, b in zip(x, state["m"], state["v"])]
+
+
+@pytest.mark.parametrize("downlink", [False, "per_node"])
+@pytest.mark.parametrize("server", ["fedavgm", "fedadam"])
+def test_a_wrapped_server_optimizer_applies_its_rule_to_the_decoded_updates(task_identity,
+                                                                            server, downlink):
+    """A server optimizer inside the wrapper, lossless both ways: the model
+    after 3 rounds is numpy's rule over the clients' updates. FedAdam computes
+    in float64: the clients get the model's float32 (what they would cast it
+    to), and the wrapper does not refuse the strategy's model."""
+    from flwr.serverapp.strategy import FedAdam, FedAvgM
+
+    sampling = dict(fraction_train=1.0, min_train_nodes=3, min_available_nodes=3,
+                    fraction_evaluate=0.0)
+    if server == "fedavgm":
+        inner = FedAvgM(**sampling, server_learning_rate=0.7, server_momentum=0.9)
+        rule = _fedavgm_reference
+    else:
+        inner = FedAdam(**sampling, eta=0.05, beta_1=0.9, beta_2=0.99, tau=1e-3)
+        rule = _fedadam_reference
+    contexts = contexts_for([1, 2, 3])
+    strategy = DeepReduceStrategy(inner, {"compressor": "none"}, downlink=downlink)
+    log = []
+    model, _ = run_rounds(strategy, contexts, 3, log=log)
+    want, state = [a.astype(np.float64) for a in arrays(0, 0.1)], {}
+    for rnd in range(3):
+        sent = [a.astype(np.float32) for a in want]  # what the clients hold
+        if rnd == 0:
+            assert [e["crc"] for e in log[:3]] == [model_crc(sent)] * 3
+        weights = [10 + n for n in contexts]
+        local = [[w + 0.5 * (t - w) for w, t in zip(sent, target(n))] for n in contexts]
+        mean = [sum(wt * loc[i] for wt, loc in zip(weights, local)) / sum(weights)
+                for i in range(len(SHAPES))]
+        want = rule(want, mean, state)
+    for got, ref in zip(model.to_numpy_ndarrays(), want):
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+
+
 ROWS = {1: [0, 1, 2], 2: [2, 3], 3: [3, 399]}  # the rows of table "2" each client changes
 
 
