@@ -104,6 +104,16 @@ SERVERS = {
 UNCOMPRESSED = "fedavg"  # CONFIGS' dense entry
 
 
+def round_lr(lr, schedule, rnd, rounds, min_ratio):
+    """The clients' learning rate in round rnd (1-based) of `rounds`:
+    'constant' lr; 'cosine' from lr in round 1 down to min_ratio * lr in the
+    last round (half a cosine)."""
+    if schedule == "constant":
+        return lr
+    progress = (rnd - 1) / max(rounds - 1, 1)
+    return lr * (min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
 def split_name(name):
     """A configuration's (compression, server) names: "golomb_qsgd@fedavgm"
     -> ("golomb_qsgd", "fedavgm"); without "@" the server is FedAvg."""
@@ -416,6 +426,9 @@ def run_one(args):
             if not v.path.endswith("learning_rate"):
                 v.assign(np.zeros(v.shape, v.dtype))
         rnd = int(msg.content["config"]["server-round"])
+        if args.lr_schedule != "constant":
+            model.optimizer.learning_rate.assign(
+                round_lr(args.lr, args.lr_schedule, rnd, args.rounds, args.lr_min_ratio))
         keras.utils.set_random_seed(args.seed * 1_000_003 + rnd * 1009 + pid)
         if len(y):
             model.fit(x, y, batch_size=args.batch_size, epochs=args.epochs, verbose=0)
@@ -637,6 +650,11 @@ def parse_args(argv=None):
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument("--lr_schedule", default="constant", choices=["constant", "cosine"],
+                        help="the clients' learning rate over rounds: constant --lr, or a "
+                             "half cosine from --lr down to --lr_min_ratio * --lr")
+    parser.add_argument("--lr_min_ratio", type=float, default=0.1,
+                        help="with --lr_schedule=cosine: the last round's share of --lr")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--eval_every", type=int, default=STANDARD_FLAGS["eval_every"])
     parser.add_argument("--downlink", default=STANDARD_FLAGS["downlink"],
@@ -687,6 +705,8 @@ def main(argv=None):
         return 0
     if args.initial_on_clients and args.downlink != "per_node":
         parser.error("--initial_on_clients needs --downlink=per_node")
+    if not 0.0 <= args.lr_min_ratio <= 1.0:
+        parser.error(f"--lr_min_ratio must be in [0, 1], got {args.lr_min_ratio}")
     if args.one:
         return run_one(args)
     names = [c for c in args.configs.split(",") if c]

@@ -310,3 +310,19 @@ def test_seeds_table_compares_with_the_same_server_optimizer(tmp_path, capsys):
     assert rows["golomb_qsgd@fedavgm"][7] == "-1.00 ± 0.00"
     assert rows["fedavg@fedavgm"][7:] == ["–", "–"]
     assert rows["fedavg@fedavgm"][4] == "1.0000"
+
+
+def test_the_cosine_schedule_goes_from_lr_to_its_last_share(capsys):
+    import math
+
+    assert fb.round_lr(0.05, "constant", 7, 100, 0.1) == 0.05
+    assert fb.round_lr(0.05, "cosine", 1, 100, 0.1) == pytest.approx(0.05)
+    assert fb.round_lr(0.05, "cosine", 100, 100, 0.1) == pytest.approx(0.005)
+    mid = 0.05 * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 49 / 99)))
+    assert fb.round_lr(0.05, "cosine", 50, 100, 0.1) == pytest.approx(mid)
+    lrs = [fb.round_lr(0.05, "cosine", r, 100, 0.0) for r in range(1, 101)]
+    assert all(a > b for a, b in zip(lrs, lrs[1:])) and lrs[-1] == pytest.approx(0.0, abs=1e-12)
+    assert fb.round_lr(0.05, "cosine", 1, 1, 0.1) == pytest.approx(0.05)  # one round
+    with pytest.raises(SystemExit):
+        fb.main(["--lr_schedule=cosine", "--lr_min_ratio=2"])
+    assert "--lr_min_ratio must be in [0, 1]" in capsys.readouterr().err
