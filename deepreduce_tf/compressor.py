@@ -69,7 +69,7 @@ import zlib
 import tensorflow as tf
 
 from deepreduce_tf import fusion
-from deepreduce_tf._checks import check, guarded
+from deepreduce_tf._checks import all_finite, check, guarded
 from deepreduce_tf.codecs import index as index_codecs
 from deepreduce_tf.codecs import value as value_codecs
 from deepreduce_tf.memory import Sent
@@ -460,7 +460,7 @@ class Compressor:
             (Memory.compensate_within computes it in the compensation's pass).
         """
         if self.nonfinite == "raise":
-            x = tf.debugging.assert_all_finite(
+            x = all_finite(
                 x, message=f"gradient {key!r} holds NaN or Inf (nonfinite='raise')")
         if fits is None:  # one pass, nothing allocated: NaN and Inf do not fit either
             fits = fusion_ops.all_within(x, self.value_limit(x.dtype))
@@ -584,12 +584,14 @@ class Compressor:
                                             expected=expected, field_names=list(META_FIELDS))
         same = self._check_identity(meta, self.identity(ctx.name, ctx.shape),
                                     f"variable {ctx.name!r} of shape {ctx.shape.as_list()}")
-        with tf.control_dependencies([same] if same is not None else []):
-            if ctx.dense:
-                flat = self._decode_dense(meta, sections, n, dtype)
-            else:
-                flat = self._decode_modes(meta, sections, n, dtype)
-            return tf.reshape(flat, ctx.shape)
+        # The decoding reads the checked header and sections.
+        meta = guarded(meta, same)
+        sections = [guarded(s, same) for s in sections]
+        if ctx.dense:
+            flat = self._decode_dense(meta, sections, n, dtype)
+        else:
+            flat = self._decode_modes(meta, sections, n, dtype)
+        return tf.reshape(flat, ctx.shape)
 
     def _decode_modes(self, meta, sections, n, dtype):
         mode = meta[F_MODE]

@@ -683,15 +683,6 @@ class DeepReduceCollectiveOps(_DeepReduceState, cdo_lib.CollectiveAllReduce):
         return (self._builder.hierarchical and len(self._devices) > 1
                 and self._group_size > len(self._devices))
 
-    @staticmethod
-    def _refuse_flat_multi_device(value_codec):
-        # Measured (docs/scaling.md): this combination hangs in a graph.
-        raise NotImplementedError(
-            "the flat exchange ('hierarchical': False) with several devices per worker and "
-            f"value codec {value_codec!r} hangs inside a tf.function (a known problem, "
-            "docs/scaling.md); use the hierarchical exchange (the default), value codec 'raw', "
-            "or run eagerly")
-
     def _hierarchy_launchers(self, replica_id):
         """(local launcher of this replica, leader launcher or None)."""
         with self._state_lock:
@@ -771,12 +762,6 @@ class DeepReduceCollectiveOps(_DeepReduceState, cdo_lib.CollectiveAllReduce):
         average = reduce_op == reduce_util.ReduceOp.MEAN
         out = [None] * n
         effects = []
-        if ((dense_ids or slice_ids) and not self.hierarchical and len(self._devices) > 1
-                and self._group_size > len(self._devices) and not self.communicator.additive
-                and not tf.executing_eagerly()):
-            value_codec = self._replica_compressor(replica_id, device).value_codec.name
-            if value_codec != "raw":
-                self._refuse_flat_multi_device(value_codec)
         if dense_ids and self.hierarchical:
             for i, t in zip(dense_ids, self._hierarchical_all_reduce(flat, dense_ids, replica_id,
                                                                      options, average)):

@@ -29,6 +29,7 @@ import functools
 import tensorflow as tf
 from tensorflow.python.ops import collective_ops, resource_variable_ops
 
+from deepreduce_tf._checks import check, guarded
 from deepreduce_tf._variables import ensure_initialized
 
 
@@ -84,20 +85,19 @@ class Transport(abc.ABC):
         out = [[] for _ in range(m)]
         with tf.device(self.reduce_device):
             for frame in received:
-                short = tf.debugging.assert_greater_equal(
-                    tf.size(frame), 4 * m,
-                    message=f"a gathered frame is shorter than its {m} part lengths")
-                with tf.control_dependencies([short]):
-                    head = tf.identity(frame[:4 * m])
+                # Checks that order nothing but what reads them (_checks).
+                short = check(tf.size(frame) >= 4 * m,
+                              f"a gathered frame is shorter than its {m} part lengths")
+                head = guarded(frame[:4 * m], short)
                 lengths = tf.reshape(tf.bitcast(tf.reshape(head, [m, 4]), tf.int32), [m])
-                check = tf.debugging.assert_equal(
-                    tf.reduce_sum(tf.cast(lengths, tf.int64)) + 4 * m,
-                    tf.size(frame, out_type=tf.int64),
-                    message="a gathered frame's part lengths do not add up to its size")
-                check_sign = tf.debugging.assert_non_negative(
-                    lengths, message="a gathered frame has a negative part length")
-                with tf.control_dependencies([check, check_sign]):
-                    ends = 4 * m + tf.cumsum(lengths)
+                adds_up = check(
+                    tf.equal(tf.reduce_sum(tf.cast(lengths, tf.int64)) + 4 * m,
+                             tf.size(frame, out_type=tf.int64)),
+                    "a gathered frame's part lengths do not add up to its size")
+                signed = check(tf.reduce_all(lengths >= 0),
+                               "a gathered frame has a negative part length")
+                lengths = guarded(lengths, adds_up, signed)
+                ends = 4 * m + tf.cumsum(lengths)
                 starts = ends - lengths
                 for j in range(m):
                     out[j].append(frame[starts[j]:ends[j]])

@@ -10,6 +10,7 @@ so this wire format has no header.
 """
 import tensorflow as tf
 
+from deepreduce_tf._checks import all_finite
 from deepreduce_tf.compressor import BucketContext
 from deepreduce_tf.exchange.base import Communicator, Transfer
 from deepreduce_tf.exchange.endpoint import Outcome
@@ -66,7 +67,7 @@ class Allreduce(Communicator):
             x = prepared.x
             with tf.control_dependencies(prepared.deps):
                 if exchange.nonfinite == "raise":
-                    x = tf.debugging.assert_all_finite(
+                    x = all_finite(
                         x, message=f"gradient {bucket.key!r} holds NaN or Inf (nonfinite='raise')")
                 wire_dtype = self.wire_dtype(exchange, bucket.dtype)
                 none = (tf.zeros([0], tf.int64), tf.zeros([0], bucket.dtype))

@@ -32,7 +32,7 @@ and workers stay bit-identical. Factors are computed and travel in float32
 import numpy as np
 import tensorflow as tf
 
-from deepreduce_tf._checks import guarded
+from deepreduce_tf._checks import all_finite, guarded
 from deepreduce_tf._variables import ensure_initialized
 from deepreduce_tf.accounting import ring_received
 from deepreduce_tf.codecs.base import Param
@@ -206,7 +206,7 @@ class PowerSGD(Communicator):
                         continue
                     x = prep.x
                     if ex.nonfinite == "raise":
-                        x = tf.debugging.assert_all_finite(
+                        x = all_finite(
                             x, message=f"gradient {bucket.key!r} holds NaN or Inf "
                                        "(nonfinite='raise')")
                     mine.append(x)

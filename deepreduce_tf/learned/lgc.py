@@ -36,7 +36,7 @@ import zlib
 import numpy as np
 import tensorflow as tf
 
-from deepreduce_tf._checks import check, guarded
+from deepreduce_tf._checks import all_finite, check, guarded
 from deepreduce_tf._variables import ensure_initialized
 from deepreduce_tf.accounting import ring_received
 from deepreduce_tf.codecs.base import Param
@@ -308,8 +308,8 @@ class _Lgc(Communicator):
                    f"{self.name}: the exchange state (autoencoder, phase) was restored from a "
                    "checkpoint of another model or LGC configuration; restore this model's "
                    "checkpoint, or start without one")
-        with tf.control_dependencies([c for c in (ok,) if c is not None]):
-            return var.assign(tf.constant(sig, tf.int64), read_value=False) or tf.no_op()
+        return var.assign(guarded(tf.constant(sig, tf.int64), ok),
+                          read_value=False) or tf.no_op()
 
     def _bucket(self, transport, exchanges, prepared, bucket, ranks, state, ae,
                 broadcast=True):
@@ -334,7 +334,7 @@ class _Lgc(Communicator):
             with tf.device(device):
                 x = prep.x
                 if ex.nonfinite == "raise":
-                    x = tf.debugging.assert_all_finite(
+                    x = all_finite(
                         x, message=f"gradient {key!r} holds NaN or Inf (nonfinite='raise')")
                 xs.append(x)
         # Round A: the leader's positions and scale.

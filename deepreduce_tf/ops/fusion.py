@@ -201,3 +201,16 @@ def scatter_subtract(rest, positions, values, name=None):
     if _on_gpu(rest):
         return tf.tensor_scatter_nd_sub(rest, tf.expand_dims(positions, 1), values, name=name)
     return _loader.load().deep_reduce_scatter_subtract(rest, positions, values, name=name)
+
+
+def check(value, condition, message, name=None):
+    """value, passed through once `condition` (a bool scalar) holds; at run
+    time an InvalidArgumentError(message) when it does not. Stateless (see
+    deepreduce_tf/_checks.py for why): what depends on the check must read
+    its output."""
+    value = tf.convert_to_tensor(value)
+    condition = tf.convert_to_tensor(condition, tf.bool)
+    if condition.shape.rank not in (None, 0):
+        raise ValueError(f"check: the condition must be a bool scalar, got shape "
+                         f"{condition.shape}")
+    return _loader.load().deep_reduce_check(value, condition, message=str(message), name=name)

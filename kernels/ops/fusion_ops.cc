@@ -135,4 +135,28 @@ REGISTER_OP("DeepReduce>SplitReshape")
     .Attr("shapes: list(shape)")
     .SetShapeFn(SplitReshapeShape);
 
+// Check(value, condition): value, passed through, once condition (a bool
+// scalar) holds; InvalidArgument(message) when it does not. The run-time
+// checks of decoding (deepreduce_tf/_checks.py). A STATELESS op that the
+// checked value flows through, unlike tf.debugging.Assert: inside a
+// tf.function, TensorFlow's automatic control dependencies chain every
+// stateful op without a resource input in program order, across the local
+// replicas of a multi-device step too, and a replica's assertion after its
+// collective then waits for another replica's assertion before that
+// replica's collective (a hang). A data dependency also keeps the check
+// from being pruned in TF1 graphs, which Assert needed guarded() for.
+REGISTER_OP("DeepReduce>Check")
+    .Input("value: T")
+    .Input("condition: bool")
+    .Output("checked: T")
+    .Attr("message: string")
+    .Attr("T: {bool, uint8, int8, uint16, int16, uint32, int32, uint64, int64, half, "
+          "bfloat16, float, double}")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle scalar;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 0, &scalar));
+      c->set_output(0, c->input(0));
+      return absl::OkStatus();
+    });
+
 }  // namespace deepreduce

@@ -495,14 +495,61 @@ def test_hierarchical_learned_gradient_compression_ps(tmp_path):
                         np.testing.assert_array_equal(r[f"resumed_s{step}_t{j}_r{rep}"], got)
 
 
-def test_the_flat_multi_device_exchange_refuses_what_hangs(tmp_path):
-    """The flat exchange with several devices per worker and a value codec
-    hangs in a graph (docs/scaling.md): it is refused with the fix instead."""
+def _flat_fp16_reference(steps, workers=2, devices=2, ratio=0.05):
+    """numpy: the flat exchange, every local replica a worker on the wire:
+    replica (w, d) of rank 2w + d sends top-k of its gradient + its own
+    residual with float16 values; every replica decodes the 4 payloads and
+    sums them in rank order; the small tensor travels dense."""
+    sys.path.insert(0, HERE)
+    import hierarchical_worker as hw  # pylint: disable=import-outside-toplevel
+    shape, small = hw.SHAPES
+    n = int(np.prod(shape))
+    k = int(np.ceil(ratio * n))
+    ranks = [(w, d) for w in range(workers) for d in range(devices)]
+    residual = {r: np.zeros(n, np.float32) for r in ranks}
+    out = []
+    for step in range(steps):
+        total = np.zeros(n, np.float32)
+        dense = np.zeros(small, np.float32)
+        for w, d in ranks:
+            c = hw.gradient(w, d, step, shape).reshape(-1) + residual[(w, d)]
+            idx = np.argsort(-np.abs(c), kind="stable")[:k]
+            sent = np.zeros(n, np.float32)
+            sent[idx] = c[idx].astype(np.float16).astype(np.float32)
+            residual[(w, d)] = c - sent
+            total = total + sent
+            dense = dense + hw.gradient(w, d, step, small)
+        out.append([total.reshape(shape), dense])
+    return out
+
+
+@pytest.mark.parametrize("value", ["fp16", "qsgd"])
+def test_the_flat_multi_device_exchange_with_a_value_codec(value, tmp_path):
+    """The flat exchange (each local replica a worker on the wire) with
+    several devices per worker and a value codec that can send a step dense
+    (fp16, QSGD: a tf.cond in the encoding) inside a tf.function. It hung
+    while the decoding's checks were tf.debugging.Assert ops: automatic
+    control dependencies chained them across the local replicas, around
+    their collectives (deepreduce_tf/_checks.py). Every replica of both
+    workers bit-identical; with fp16, equal to numpy's flat exchange; the
+    resume from the step-2 checkpoint exact."""
+    steps = 3
     params = {"compressor": "topk", "compress_ratio": 0.05, "deepreduce": "value",
-              "value": "fp16", "hierarchical": False}
-    with pytest.raises(AssertionError, match="NotImplementedError: the flat exchange"):
-        _run_workers(2, params, script="hierarchical_worker.py", mode="function", steps=1,
-                     ckpt=str(tmp_path), timeout=120)
+              "value": value, "hierarchical": False}
+    results = _run_workers(2, params, script="hierarchical_worker.py", mode="function",
+                           steps=steps, ckpt=str(tmp_path), timeout=300)
+    ref = _flat_fp16_reference(steps) if value == "fp16" else None
+    for r in results:
+        assert not bool(r["hierarchical"]) and int(r["step_replicas"]) == 2
+        for step in range(steps):
+            for j in range(2):
+                for rep in range(2):
+                    got = r[f"s{step}_t{j}_r{rep}"]
+                    np.testing.assert_array_equal(got, results[0][f"s{step}_t{j}_r0"])
+                    if ref is not None:
+                        np.testing.assert_array_equal(got, ref[step][j])
+                    if step >= 2:
+                        np.testing.assert_array_equal(r[f"resumed_s{step}_t{j}_r{rep}"], got)
 
 
 def test_hierarchical_is_a_checked_parameter():

@@ -66,6 +66,9 @@ GPU_OPS = {
     # kernels/fusion/fusion_kernels_gpu.cc
     PREFIX + "FlattenConcat": set(),
     PREFIX + "SplitReshape": set(),
+    # kernels/fusion/check_kernels_gpu.cc: the decoding's checks (a value
+    # forwarded, its bool condition read on the host)
+    PREFIX + "Check": {"condition"},
 }
 # Ops that are CPU-only by design: Select works on the ~K positives with a
 # sequential greedy (conflict_sets); BuildInfo returns a string; Deflate is zlib;

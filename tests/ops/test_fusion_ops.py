@@ -252,3 +252,49 @@ def test_the_replicas_device_chooses_the_kernels(monkeypatch):
         fusion_ops.add_within(on_cpu, on_cpu, 1.0)
     types = [op.type for op in graph.get_operations()]
     assert types.count("DeepReduce>AddWithin") == 1 and "AddV2" in types
+
+
+def test_check_passes_the_value_through_or_raises_its_message():
+    from tensorflow.python.framework import op_def_registry
+
+    from deepreduce_tf import _checks
+
+    x = tf.constant([1.0, -2.0, 3.5])
+    np.testing.assert_array_equal(fusion_ops.check(x, True, "never"), x.numpy())
+    with pytest.raises(tf.errors.InvalidArgumentError, match="the header is wrong"):
+        fusion_ops.check(x, tf.constant(False), "the header is wrong")
+    with pytest.raises(ValueError, match="bool scalar"):
+        fusion_ops.check(x, [True, True], "m")
+    # Stateless: automatic control dependencies do not chain it with other ops.
+    assert not op_def_registry.get("DeepReduce>Check").is_stateful
+
+    @tf.function
+    def decode(section, n):
+        ok = _checks.check(tf.equal(tf.size(section), n), "value count differs from the header")
+        return _checks.guarded(section * 2, ok)
+
+    np.testing.assert_array_equal(decode(tf.constant([1, 2], tf.int64), 2), [2, 4])
+    with pytest.raises(tf.errors.InvalidArgumentError, match="value count differs"):
+        decode(tf.constant([1, 2, 3], tf.int64), 2)
+    graph = decode.get_concrete_function(tf.TensorSpec([None], tf.int64),
+                                         tf.TensorSpec([], tf.int32)).graph
+    types = {op.type for op in graph.get_operations()}
+    assert "DeepReduce>Check" in types and not types & {"Assert", "If"}
+    # Eagerly a check raises at once.
+    with pytest.raises(tf.errors.InvalidArgumentError, match="at once"):
+        _checks.check(tf.constant(False), "at once")
+    assert _checks.check(tf.constant(True), "fine") is None
+    with pytest.raises(tf.errors.InvalidArgumentError, match="holds NaN"):
+        tf.function(lambda v: _checks.all_finite(v, "holds NaN"))(tf.constant([1.0, np.nan]))
+
+
+def test_check_runs_in_a_tf1_session_though_nothing_else_depends_on_it():
+    from deepreduce_tf import _checks
+
+    with tf.Graph().as_default():
+        n = tf.compat.v1.placeholder(tf.int64, [])
+        out = _checks.guarded(tf.constant([5, 6], tf.int64), _checks.check(n > 0, "n is not > 0"))
+        with tf.compat.v1.Session() as sess:
+            np.testing.assert_array_equal(sess.run(out, {n: 1}), [5, 6])
+            with pytest.raises(tf.errors.InvalidArgumentError, match="n is not > 0"):
+                sess.run(out, {n: 0})
