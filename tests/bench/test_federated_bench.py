@@ -104,18 +104,23 @@ def _record(seed, finals):
                                    {"round": 4, "accuracy": finals[c]}]} for c in rows]}
 
 
-def test_seeds_table_pairs_each_seed_with_fedavg(tmp_path, capsys):
-    records = [_record(0, {"fedavg": 0.80, "golomb_qsgd": 0.79}),
-               _record(1, {"fedavg": 0.82, "golomb_qsgd": 0.83}),
-               _record(2, {"fedavg": 0.84, "golomb_qsgd": 0.835})]
+def _summarized_rows(tmp_path, capsys, records):
+    """Writes each seed's record to a file, runs --summarize, returns its rows by name."""
     paths = []
     for i, rec in enumerate(records):
         paths.append(tmp_path / f"s{i}.json")
         paths[-1].write_text(json.dumps(rec))
     assert fb.main(["--summarize", ",".join(map(str, paths))]) == 0
     lines = capsys.readouterr().out.splitlines()
-    rows = {ln.split("|")[1].strip(): [c.strip() for c in ln.strip("|").split("|")]
+    return {ln.split("|")[1].strip(): [c.strip() for c in ln.strip("|").split("|")]
             for ln in lines[2:]}
+
+
+def test_seeds_table_pairs_each_seed_with_fedavg(tmp_path, capsys):
+    records = [_record(0, {"fedavg": 0.80, "golomb_qsgd": 0.79}),
+               _record(1, {"fedavg": 0.82, "golomb_qsgd": 0.83}),
+               _record(2, {"fedavg": 0.84, "golomb_qsgd": 0.835})]
+    rows = _summarized_rows(tmp_path, capsys, records)
     # numpy: golomb finals mean 0.8183, sd 0.0247; paired -1, +1, -0.5 pts:
     # mean -0.17, sd 1.04; the mean of the last 3 evaluations (0.5, 0.6,
     # final) differs by a third of that: -0.06 ± 0.35.
@@ -298,14 +303,7 @@ def test_seeds_table_compares_with_the_same_server_optimizer(tmp_path, capsys):
     records = [{"settings": {"seed": s},
                 "results": [run("fedavg", 0.80 + s / 100), run("fedavg@fedavgm", 0.84 + s / 100),
                             run("golomb_qsgd@fedavgm", 0.83 + s / 100)]} for s in (0, 1)]
-    paths = []
-    for i, rec in enumerate(records):
-        paths.append(tmp_path / f"s{i}.json")
-        paths[-1].write_text(json.dumps(rec))
-    assert fb.main(["--summarize", ",".join(map(str, paths))]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    rows = {ln.split("|")[1].strip(): [c.strip() for c in ln.strip("|").split("|")]
-            for ln in lines[2:]}
+    rows = _summarized_rows(tmp_path, capsys, records)
     # Against fedavg@fedavgm (-1 point on each seed), not against FedAvg (+3).
     assert rows["golomb_qsgd@fedavgm"][7] == "-1.00 ± 0.00"
     assert rows["fedavg@fedavgm"][7:] == ["–", "–"]
