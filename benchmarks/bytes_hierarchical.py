@@ -22,7 +22,6 @@ The processes share this machine's cores: run it for bytes, not for time.
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from bytes_by_replicas import CONFIGS, SHAPES  # noqa: E402  pylint: disable=wrong-import-position
+
+from deepreduce_bench.runner import free_ports  # noqa: E402  pylint: disable=wrong-import-position
 
 
 def _shapes(model_name):
@@ -109,7 +110,6 @@ def _worker(spec):
     os.environ["TF_CONFIG"] = json.dumps({
         "cluster": {"worker": [f"127.0.0.1:{p}" for p in spec["ports"]]},
         "task": {"type": "worker", "index": task}})
-    import numpy as np
     import tensorflow as tf
     from tensorflow.python.distribute import values as value_lib
 
@@ -135,18 +135,8 @@ def _worker(spec):
             "decoded_per_worker": workers if ops.hierarchical else workers * gpus}
 
 
-def _free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 def _run(workers, gpus, hierarchical, args):
-    ports = _free_ports(workers)
+    ports = free_ports(workers)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     procs, logs = [], []
     try:
@@ -211,7 +201,7 @@ def main(argv=None):
         rows.append(dict(json.loads(proc.stdout.strip().splitlines()[-1]), model=args.model,
                          config=args.config))
         rows.append(dict(_run(w, args.gpus, True, args), model=args.model, config=args.config))
-    print(f"| model | W workers × G | exchange | payloads decoded per worker | sent B/worker "
+    print("| model | W workers × G | exchange | payloads decoded per worker | sent B/worker "
           "| received B/worker |")
     print("|---|--:|---|--:|--:|--:|")
     for r in rows:

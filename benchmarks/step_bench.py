@@ -59,12 +59,13 @@ import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+
+from deepreduce_bench.runner import free_ports  # imports no TensorFlow
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -283,19 +284,6 @@ def _last_line(text):
     return lines[-1] if lines else ""
 
 
-def _free_ports(count):
-    """`count` distinct free TCP ports on 127.0.0.1 (runner.free_ports, without
-    importing TensorFlow into the launcher, which only waits on its workers)."""
-    socks = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 def _reap(procs, grace=5.0):
     """SIGTERM, then SIGKILL, each child's process group (started by us)."""
     for p in procs:
@@ -327,7 +315,7 @@ def run_row_processes(base_spec, work_dir, timeout):
           f"r{base_spec['repeat']}"
     row_dir = tempfile.mkdtemp(prefix=tag + "-", dir=work_dir)
     n = REPLICAS if base_spec["strategy"] == "mwms" else 1
-    hosts = [f"127.0.0.1:{p}" for p in _free_ports(n)] if n > 1 else []
+    hosts = [f"127.0.0.1:{p}" for p in free_ports(n)] if n > 1 else []
     env = dict(os.environ)
     env.pop("TF_CONFIG", None)
     procs, logs, outs = [], [], []

@@ -20,11 +20,12 @@ images/sec is the sum over the workers.
 import argparse
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+
+from deepreduce_bench.runner import free_ports
 
 CONFIGS = {
     "replicated": ["--variable_update=replicated"],
@@ -44,20 +45,12 @@ MODELS = {
 COMMON = ["--device=cpu", "--num_gpus=2", "--local_parameter_device=cpu", "--data_format=NHWC"]
 
 
-def _free_ports(n):
-    socks = [socket.create_server(("127.0.0.1", 0)) for _ in range(n)]
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 def run_one(bench_dir, model, config, num_batches, extra, timeout, workers=1):
     cmd = [sys.executable, "-m", "deepreduce_tf.tf_cnn_benchmarks",
            f"--benchmarks_dir={bench_dir}", *MODELS[model], *COMMON, *CONFIGS[config],
            f"--num_batches={num_batches}", f"--display_every={num_batches}", *extra]
     if workers > 1:
-        hosts = ",".join(f"127.0.0.1:{p}" for p in _free_ports(workers))
+        hosts = ",".join(f"127.0.0.1:{p}" for p in free_ports(workers))
         cmd = [a for a in cmd if a != "--num_gpus=2"] + [
             "--num_gpus=1", f"--worker_hosts={hosts}", "--job_name=worker"]
         if config == "replicated":

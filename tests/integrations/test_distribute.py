@@ -2,7 +2,6 @@
 and MultiWorkerMirroredStrategy (2 and 3 worker processes on 127.0.0.1)."""
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -13,6 +12,7 @@ import pytest
 import tensorflow as tf
 
 import deepreduce_tf
+from deepreduce_bench.runner import free_ports
 from deepreduce_tf import distribute as drd
 
 # Trains models, starts worker processes or runs Flower (minutes):
@@ -295,20 +295,10 @@ def test_bad_configurations_fail_at_construction():
 
 
 # ------------------------------------------------------------- multi-worker
-def _free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 def _run_workers(n, params, timeout=300, env=None, script="distribute_worker.py", **spec):
     """Runs n worker processes; always reaps them; returns their npz dicts."""
     out_dir = tempfile.mkdtemp(prefix="dr_mw_")
-    ports = _free_ports(n)
+    ports = free_ports(n)
     full_env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **(env or {}))
     procs = []
     try:

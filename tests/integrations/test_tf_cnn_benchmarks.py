@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from deepreduce_bench.runner import free_ports
 from deepreduce_tf import tf_cnn_benchmarks as tcb
 from deepreduce_tf.distribute import DeepReduceCrossDeviceOps
 
@@ -311,16 +312,6 @@ def test_real_script_refuses_what_deepreduce_cannot_run(tmp_path):
 
 
 # ------------------------------------------------------------ TF1 multi-worker
-def _free_ports(n):
-    import socket
-
-    socks = [socket.create_server(("127.0.0.1", 0)) for _ in range(n)]
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 def _run_all(cmds, cwd, timeout):
     """Runs the commands at once, always reaps them; asserts each exited 0;
     returns their outputs."""
@@ -345,7 +336,7 @@ def _two_workers(tmp_path, params, steps=3):
     import json
 
     worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tf1_collective_worker.py")
-    ports = ",".join(str(p) for p in _free_ports(2))
+    ports = ",".join(str(p) for p in free_ports(2))
     outs = [str(tmp_path / f"w{i}.npz") for i in range(2)]
     _run_all([[sys.executable, worker, str(i), ports, json.dumps(params), str(steps), outs[i]]
               for i in range(2)], tmp_path, timeout=180)
@@ -377,7 +368,7 @@ def test_tf1_collective_workers(config, tmp_path):
 def test_real_script_two_workers(tmp_path):
     """--variable_update=deepreduce --job_name=worker: the script's collective
     mode carries the payloads; both workers log the same loss and bytes."""
-    ports = _free_ports(2)
+    ports = free_ports(2)
     hosts = ",".join(f"127.0.0.1:{p}" for p in ports)
     cmds = []
     for i in range(2):
