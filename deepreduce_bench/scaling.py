@@ -383,8 +383,7 @@ def measure_profile(path, model_name="resnet20", steps=10, repeats=5, batch=32, 
     import tensorflow as tf
     import keras
 
-    import deepreduce_tf as dr
-    from deepreduce_bench import models
+    from deepreduce_bench import models, runner
 
     if model_name not in ("resnet20", "resnet50"):
         raise UsageError(f"--measure_profile times resnet20 or resnet50, not {model_name!r}")
@@ -416,10 +415,8 @@ def measure_profile(path, model_name="resnet20", steps=10, repeats=5, batch=32, 
         times.append(time.perf_counter() - t0)
     compute_ms = statistics.median(times) * 1e3
 
-    # Codec costs through the compressor, as benchmarks/compressor_bench.py does:
-    # the model's whole gradient in one compress_batch / decompress_batch.
-    names = [f"v{i}" for i in range(len(variables))]
-    tensors = [tf.constant(rng.standard_normal(v.shape).astype(np.float32)) for v in variables]
+    # Codec costs: the model's whole gradient (random normal) in one
+    # compress_batch / decompress_batch, as one replica's step does.
     elements = sum(int(np.prod(v.shape)) for v in variables)
     configs = {
         "topk": {"compressor": "topk", "compress_ratio": scaling.DENSITY, "memory": "none"},
@@ -430,35 +427,10 @@ def measure_profile(path, model_name="resnet20", steps=10, repeats=5, batch=32, 
     for label, params in configs.items():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            comp = dr.from_params(dict(params))
-        state = {}
-
-        @tf.function
-        def compress():
-            payload, ctxs = comp.compress_batch(tensors, names)
-            state["ctxs"] = ctxs
-            return payload
-
-        payload = compress()
-
-        @tf.function
-        def decompress(p):
-            return comp.decompress_batch(p, state["ctxs"])
-
-        def timed(fn):
-            fn()
-            ts = []
-            for _ in range(max(1, repeats)):
-                t0 = time.perf_counter()
-                tf.nest.map_structure(lambda t: t.numpy(), fn())
-                ts.append(time.perf_counter() - t0)
-            return statistics.median(ts) * 1e3
-
-        c_ms = timed(compress)
-        d_ms = timed(lambda: decompress(payload))
+            c_ms, d_ms, payload_bytes = runner.time_codecs(params, variables, 1, repeats)
         codecs[label] = {"encode_ns_per_element": c_ms * 1e6 / elements,
                          "decode_ns_per_element": d_ms * 1e6 / elements,
-                         "payload_bytes": int(payload.shape[0]),
+                         "payload_bytes": payload_bytes,
                          "source": f"compress_batch / decompress_batch of {model_name}'s "
                                    f"{elements:,}-element gradient (random normal), median of "
                                    f"{repeats}: {c_ms:.2f} / {d_ms:.2f} ms"}
