@@ -555,6 +555,37 @@ def table(results):
     return "\n".join(lines)
 
 
+# The settings that make runs comparable: --summarize refuses records that
+# differ in any of them (the seed is what differs between them).
+SETUP_KEYS = ("task", "rounds", "clients", "per_round", "alpha", "epochs", "batch_size", "lr",
+              "lr_schedule", "lr_min_ratio", "eval_every", "downlink", "initial_on_clients",
+              "min_size")
+
+
+def setup_of(settings):
+    """The settings of SETUP_KEYS of a record. Records written before the
+    learning-rate schedule existed ran the constant one; the last round's share
+    matters only with the cosine schedule."""
+    setup = {k: settings.get(k) for k in SETUP_KEYS}
+    setup["lr_schedule"] = setup["lr_schedule"] or "constant"
+    if setup["lr_schedule"] == "constant":
+        setup["lr_min_ratio"] = None
+    return setup
+
+
+def check_same_setup(records, paths):
+    """Raises ValueError naming the first setting in which two records
+    differ: a seeds table pairs runs of one setup only."""
+    first = setup_of(records[0]["settings"])
+    for rec, path in zip(records[1:], paths[1:]):
+        setup = setup_of(rec["settings"])
+        for key in SETUP_KEYS:
+            if setup[key] != first[key]:
+                raise ValueError(
+                    f"{path} ran with --{key}={setup[key]}, {paths[0]} with --{key}={first[key]}: "
+                    f"a seeds table compares runs of one setup; summarize them separately")
+
+
 def seeds_table(records):
     """records: the JSON records of runs of the same settings with different
     seeds. Per configuration: its seeds, the bytes relative to FedAvg per
@@ -689,10 +720,14 @@ def main(argv=None):
     if args.plot is None:  # beside the results, not in the working directory
         args.plot = os.path.splitext(args.out)[0] + ".png"
     if args.summarize:
-        records = []
-        for path in args.summarize.split(","):
+        records, paths = [], args.summarize.split(",")
+        for path in paths:
             with open(path) as f:
                 records.append(json.load(f))
+        try:
+            check_same_setup(records, paths)
+        except ValueError as e:
+            parser.error(str(e))
         print(seeds_table(records))
         if args.summary_plot:
             seed = min(rec["settings"]["seed"] for rec in records)

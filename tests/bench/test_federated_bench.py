@@ -324,3 +324,25 @@ def test_the_cosine_schedule_goes_from_lr_to_its_last_share(capsys):
     with pytest.raises(SystemExit):
         fb.main(["--lr_schedule=cosine", "--lr_min_ratio=2"])
     assert "--lr_min_ratio must be in [0, 1]" in capsys.readouterr().err
+
+
+def test_summarize_refuses_runs_of_different_setups(tmp_path, capsys):
+    constant, cosine = _record(0, {"fedavg": 0.80, "golomb_qsgd": 0.79}), \
+        _record(1, {"fedavg": 0.82, "golomb_qsgd": 0.83})
+    constant["settings"].update(rounds=100)  # written before the schedule existed
+    cosine["settings"].update(rounds=100, lr_schedule="cosine", lr_min_ratio=0.1)
+    with pytest.raises(SystemExit):
+        _summarized_rows(tmp_path, capsys, [constant, cosine])
+    err = capsys.readouterr().err
+    assert "s1.json ran with --lr_schedule=cosine" in err and "--lr_schedule=constant" in err
+    # The same setup, the missing schedule read as the constant one it was:
+    # the last round's share is no part of a constant schedule.
+    explicit = _record(1, {"fedavg": 0.82, "golomb_qsgd": 0.83})
+    explicit["settings"].update(rounds=100, lr_schedule="constant", lr_min_ratio=0.5)
+    rows = _summarized_rows(tmp_path, capsys, [constant, explicit])
+    assert rows["golomb_qsgd"][1] == "2"
+    other = _record(1, {"fedavg": 0.82, "golomb_qsgd": 0.83})
+    other["settings"].update(rounds=40)
+    with pytest.raises(SystemExit):
+        _summarized_rows(tmp_path, capsys, [constant, other])
+    assert "--rounds=40" in capsys.readouterr().err
