@@ -573,9 +573,43 @@ def setup_of(settings):
     return setup
 
 
+def as_of_round(record, upto, path):
+    """The record of a longer run read as the `upto`-round run it contains:
+    its rounds and evaluations up to round `upto`. With the constant learning
+    rate nothing in rounds 1..upto depends on the number of rounds (sampling,
+    local seeds and the server's updates are per round), so these are the
+    figures an `upto`-round run measures; a cosine schedule decays over the
+    whole run, and its runs are refused. Raises ValueError, naming the file."""
+    settings = record["settings"]
+    rounds = settings["rounds"]
+    if not 1 <= upto <= rounds:
+        raise ValueError(f"{path} ran {rounds} rounds: --at_round must be in [1, {rounds}], "
+                         f"got {upto}")
+    if upto < rounds and setup_of(settings)["lr_schedule"] != "constant":
+        raise ValueError(f"{path} ran the {settings['lr_schedule']} schedule, which decays over "
+                         f"all {rounds} rounds: its round {upto} is not an {upto}-round run")
+    results = []
+    for r in record["results"]:
+        curve = [c for c in r["curve"] if c["round"] <= upto]
+        if curve[-1]["round"] != upto:
+            raise ValueError(f"{path}: {r['config']} has no evaluation at round {upto} "
+                             f"(evaluated every {settings.get('eval_every')} rounds)")
+        results.append(dict(r, curve=curve, rounds=[x for x in r["rounds"] if x["round"] <= upto]))
+    return dict(record, settings=dict(settings, rounds=upto), results=results)
+
+
 def check_same_setup(records, paths):
     """Raises ValueError naming the first setting in which two records
-    differ: a seeds table pairs runs of one setup only."""
+    differ, or a configuration run twice on one seed: a seeds table pairs
+    runs of one setup only, one run per configuration and seed."""
+    seen = {}
+    for rec, path in zip(records, paths):
+        for r in rec["results"]:
+            key = (r["config"], rec["settings"]["seed"])
+            if key in seen:
+                raise ValueError(f"{r['config']} ran on seed {key[1]} in both {seen[key]} and "
+                                 f"{path}: summarize one run per configuration and seed")
+            seen[key] = path
     first = setup_of(records[0]["settings"])
     for rec, path in zip(records[1:], paths[1:]):
         setup = setup_of(rec["settings"])
@@ -705,6 +739,9 @@ def parse_args(argv=None):
                         help="the accuracy plot [--out with .png instead of its extension]")
     parser.add_argument("--summarize", metavar="JSON,JSON,...",
                         help="print the seeds table of these output files and exit")
+    parser.add_argument("--at_round", type=int, metavar="R",
+                        help="with --summarize: the figures as of round R of longer runs "
+                             "(constant learning rate: what an R-round run measures)")
     parser.add_argument("--summary_plot", metavar="PNG",
                         help="with --summarize: also plot every configuration's run of the "
                              "lowest seed of those files (one line per configuration)")
@@ -725,6 +762,9 @@ def main(argv=None):
             with open(path) as f:
                 records.append(json.load(f))
         try:
+            if args.at_round is not None:
+                records = [as_of_round(rec, args.at_round, path)
+                           for rec, path in zip(records, paths)]
             check_same_setup(records, paths)
         except ValueError as e:
             parser.error(str(e))

@@ -346,3 +346,69 @@ def test_summarize_refuses_runs_of_different_setups(tmp_path, capsys):
     with pytest.raises(SystemExit):
         _summarized_rows(tmp_path, capsys, [constant, other])
     assert "--rounds=40" in capsys.readouterr().err
+
+
+def _long_record(seed, schedule="constant"):
+    """A 4-round record, evaluated every round: FedAvg sends 2,000 B each way
+    per round; the compressed run 100 down and 60 up in rounds 1-2, 300 and
+    180 in rounds 3-4."""
+    def run(config, accs, down, up):
+        return {"config": config, "dense_bytes": 1000,
+                "rounds": [{"round": i + 1, "down_messages": 2, "down_bytes": d,
+                            "up_messages": 2, "up_bytes": u}
+                           for i, (d, u) in enumerate(zip(down, up))],
+                "curve": [{"round": i, "accuracy": a} for i, a in enumerate(accs)]}
+
+    return {"settings": {"seed": seed, "rounds": 4, "eval_every": 1, "lr_schedule": schedule},
+            "results": [run("fedavg", [0.1, 0.5, 0.6, 0.7, 0.8], [2000] * 4, [2000] * 4),
+                        run("golomb_qsgd", [0.1, 0.4, 0.5, 0.69, 0.79], [100, 100, 300, 300],
+                            [60, 60, 180, 180])]}
+
+
+def test_at_round_reads_a_longer_run_as_the_shorter_run_it_contains(tmp_path, capsys):
+    rows = _summarized_rows(tmp_path, capsys, [_long_record(0)])
+    # All 4 rounds: (100+100+300+300) / 8000 down; final -1 pt; last 3 (0.5, 0.69, 0.79)
+    # against (0.6, 0.7, 0.8): -4 pts.
+    assert rows["golomb_qsgd"][2:5] == ["0.1000", "0.0600", "0.0800"]
+    assert rows["golomb_qsgd"][7:] == ["-1.00", "-4.00"]
+    path = tmp_path / "long.json"
+    path.write_text(json.dumps(_long_record(0)))
+    assert fb.main(["--summarize", str(path), "--at_round=2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    cells = [c.strip() for c in lines[3].strip("|").split("|")]
+    # Rounds 1-2 only: 200 / 4000 down, 120 / 4000 up; final 0.5 vs 0.6; last 3
+    # evaluations (rounds 0-2: 0.1, 0.4, 0.5 against 0.1, 0.5, 0.6): -6.67 pts.
+    assert cells[0] == "golomb_qsgd"
+    assert cells[2:5] == ["0.0500", "0.0300", "0.0400"]
+    assert cells[5] == "0.5000" and cells[7:] == ["-10.00", "-6.67"]
+    # Joined with a 2-round run of another seed: one setup.
+    short = _long_record(1)
+    short["settings"]["rounds"] = 2
+    for r in short["results"]:
+        r["rounds"], r["curve"] = r["rounds"][:2], r["curve"][:3]
+    short_path = tmp_path / "short.json"
+    short_path.write_text(json.dumps(short))
+    assert fb.main(["--summarize", f"{path},{short_path}", "--at_round=2"]) == 0
+    assert "| golomb_qsgd | 2 |" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("record,at_round,message", [
+    (_long_record(0), 5, "ran 4 rounds: --at_round must be in [1, 4], got 5"),
+    (_long_record(0, "cosine"), 2, "ran the cosine schedule, which decays over all 4 rounds"),
+    (dict(_long_record(0), settings=dict(_long_record(0)["settings"], eval_every=2),
+          results=[dict(r, curve=r["curve"][::2]) for r in _long_record(0)["results"]]),
+     3, "fedavg has no evaluation at round 3 (evaluated every 2 rounds)"),
+])
+def test_at_round_refuses_what_is_not_a_shorter_run(tmp_path, capsys, record, at_round, message):
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(record))
+    with pytest.raises(SystemExit):
+        fb.main(["--summarize", str(path), f"--at_round={at_round}"])
+    assert message in capsys.readouterr().err
+
+
+def test_summarize_refuses_two_runs_of_one_configuration_on_one_seed(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        _summarized_rows(tmp_path, capsys, [_record(0, {"fedavg": 0.8, "golomb_qsgd": 0.79}),
+                                            _record(0, {"fedavg": 0.81, "golomb_qsgd": 0.8})])
+    assert "fedavg ran on seed 0 in both" in capsys.readouterr().err
