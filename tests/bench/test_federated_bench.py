@@ -213,14 +213,14 @@ def test_the_aliases_name_configurations_of_the_table():
 
 
 def test_the_defaults_are_the_pages_standard_flags():
-    flags = "--rounds=100 --eval_every=10 --downlink=per_node --initial_on_clients --min_size=100"
+    flags = "--rounds=200 --eval_every=10 --downlink=per_node --initial_on_clients --min_size=100"
     with open(DOCS) as f:
         assert flags in f.read()
     _, default = fb.parse_args([])
     _, explicit = fb.parse_args(flags.split())
     assert vars(default) == vars(explicit)
     assert {k: getattr(default, k) for k in fb.STANDARD_FLAGS} == fb.STANDARD_FLAGS == {
-        "rounds": 100, "eval_every": 10, "downlink": "per_node", "initial_on_clients": True,
+        "rounds": 200, "eval_every": 10, "downlink": "per_node", "initial_on_clients": True,
         "min_size": 100}
     _, versions = fb.parse_args(["--downlink=versions"])  # initial_on_clients follows
     assert versions.initial_on_clients is False
@@ -253,7 +253,7 @@ def test_aliases_run_their_configuration_and_are_recorded(tmp_path, monkeypatch,
     assert record["aliases"] == fb.ALIASES
     assert [(r["config"], r["alias"]) for r in record["results"]] == [
         ("fedavg", "baseline"), (fb.ALIASES["recommended"], "recommended")]
-    assert record["settings"]["rounds"] == 100 and record["settings"]["min_size"] == 100
+    assert record["settings"]["rounds"] == 200 and record["settings"]["min_size"] == 100
     capsys.readouterr()
     assert fb.main(["--summarize", str(out)]) == 0
     lines = capsys.readouterr().out.splitlines()
