@@ -592,7 +592,7 @@ def as_of_round(record, upto, path):
     results = []
     for r in record["results"]:
         curve = [c for c in r["curve"] if c["round"] <= upto]
-        if curve[-1]["round"] != upto:
+        if not curve or curve[-1]["round"] != upto:
             raise ValueError(f"{path}: {r['config']} has no evaluation at round {upto} "
                              f"(evaluated every {settings.get('eval_every')} rounds)")
         results.append(dict(r, curve=curve, rounds=[x for x in r["rounds"] if x["round"] <= upto]))
@@ -760,8 +760,12 @@ def main(argv=None):
     if args.summarize:
         records, paths = [], args.summarize.split(",")
         for path in paths:
-            with open(path) as f:
-                records.append(json.load(f))
+            try:
+                with open(path) as f:
+                    records.append(json.load(f))
+            except (OSError, ValueError) as e:
+                parser.error(f"cannot read {path} ({e}): --summarize takes the JSON files "
+                             f"that runs of this bench wrote with --out")
         try:
             if args.at_round is not None:
                 records = [as_of_round(rec, args.at_round, path)
@@ -779,6 +783,8 @@ def main(argv=None):
                         runs.setdefault(r["config"], r)
             plot(list(runs.values()), args.summary_plot)
         return 0
+    if args.at_round is not None or args.summary_plot:
+        parser.error("--at_round and --summary_plot go with --summarize")
     if args.initial_on_clients and args.downlink != "per_node":
         parser.error("--initial_on_clients needs --downlink=per_node")
     if not 0.0 <= args.lr_min_ratio <= 1.0:

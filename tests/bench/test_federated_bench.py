@@ -412,3 +412,16 @@ def test_summarize_refuses_two_runs_of_one_configuration_on_one_seed(tmp_path, c
         _summarized_rows(tmp_path, capsys, [_record(0, {"fedavg": 0.8, "golomb_qsgd": 0.79}),
                                             _record(0, {"fedavg": 0.81, "golomb_qsgd": 0.8})])
     assert "fedavg ran on seed 0 in both" in capsys.readouterr().err
+
+
+def test_summarize_says_which_file_it_cannot_read_and_its_options_need_it(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    for path in (bad, tmp_path / "missing.json"):
+        with pytest.raises(SystemExit):
+            fb.main(["--summarize", str(path)])
+        assert f"cannot read {path}" in capsys.readouterr().err
+    for flag in ("--at_round=100", "--summary_plot=x.png"):
+        with pytest.raises(SystemExit):
+            fb.main([flag])
+        assert "go with --summarize" in capsys.readouterr().err
