@@ -223,7 +223,7 @@ def part_transfer(steps, replicas=2, capture=10):
 
     comps, comm, plan_a, own = train(0, True)
     _, _, plan_b, other = train(1, False)
-    ae = comps[0].lgc.autoencoder
+    ae = comps[0].communicator_state.autoencoder
     fresh = Autoencoder(comm.ae_kind, replicas, comm.channels, comm.latent_channels, comm.lr, 0,
                         default_variable_factory, identity_init=True)
     print(f"\nPart 3: lgc_ps's autoencoder after {steps - 10} training exchanges (ResNet-20, "

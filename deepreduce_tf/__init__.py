@@ -37,7 +37,8 @@ _LAZY = {
     "exchange": ("deepreduce_tf.exchange", None),
     "params": ("deepreduce_tf.params", None),
     "ByteLedger": ("deepreduce_tf.accounting", "ByteLedger"),
-    "Compressor": ("deepreduce_tf.compressors", "Compressor"),
+    "Compressor": ("deepreduce_tf.compressor", "Compressor"),
+    "make_exchange": ("deepreduce_tf.compressors", "make_exchange"),
     "Context": ("deepreduce_tf.compressor", "Context"),
     "Exchange": ("deepreduce_tf.exchange.endpoint", "Exchange"),
     "from_params": ("deepreduce_tf.params", "from_params"),
@@ -74,5 +75,5 @@ __all__ = ["__version__", "accounting", "bloom", "build_info", "built_tf_version
            "ByteLedger", "codecs", "communicators", "compressor", "Compressor", "Context",
            "cuda_built", "exchange", "Exchange",
            "fusion", "transport",
-           "from_params", "index", "memory", "OpLibraryError", "payload", "sparsifiers",
+           "from_params", "index", "make_exchange", "memory", "OpLibraryError", "payload", "sparsifiers",
            "sparsify", "state", "value"]

@@ -1,10 +1,25 @@
 """State variables of the exchange: how they are made, and how a TF1 graph
 initializes them without an initializer (the lowest floor: memory, the byte
 ledger, the transport and the exchange all create variables through it)."""
+import collections
 import weakref
 
 import tensorflow as tf
 from tensorflow.python.ops import resource_variable_ops
+
+StateVar = collections.namedtuple("StateVar", ["name", "dtype", "shape", "per"])
+StateVar.__doc__ = """One kind of state a step keeps between steps, as its owner (a memory, a
+communicator, the exchange, a codec, the ledger) declares it when it is built.
+
+name: the variable's name in checkpoints; dtype: its dtype ('gradient': the
+gradient's own); shape: its shape, or how the model decides it (e.g. 'the
+bucket's sparse section', '[m, rank]'); per: how many there are ('exchange':
+one per replica; 'bucket': one per fused bucket; 'matrix': one per
+compressed matrix; 'codec': the codec's own). The variables themselves are
+created on the first step, when the model's shapes are known: a declaration
+says what a checkpoint must hold (deepreduce_tf.distribute warns when
+nothing saves it) before any exists."""
+
 
 def default_variable_factory(initial_value, name):
     """Creates a residual variable (overridable: tf.distribute needs

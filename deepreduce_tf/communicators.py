@@ -20,14 +20,12 @@ import collections
 
 import tensorflow as tf
 
-from deepreduce_tf import fusion
-from deepreduce_tf._checks import guarded
 from deepreduce_tf.exchange.allgather import Allgather
 from deepreduce_tf.exchange.allreduce import Allreduce
 from deepreduce_tf.exchange.base import Communicator, Transfer
 from deepreduce_tf.exchange.powersgd import PowerSGD
 from deepreduce_tf.learned.lgc import LgcPS, LgcRAR
-from deepreduce_tf.transport import ordered_sum
+from deepreduce_tf.transport import LocalTransport
 
 COMMUNICATORS = collections.OrderedDict(
     (c.name, c) for c in (Allgather, Allreduce, LgcPS, LgcRAR, PowerSGD))
@@ -57,48 +55,49 @@ def make_communicator(name, **kwargs):
     return COMMUNICATORS[name](**kwargs)
 
 
+class _RecordingTransport(LocalTransport):
+    """A LocalTransport that keeps what each replica handed it, in call order."""
+
+    def __init__(self, devices):
+        super().__init__(devices)
+        self.handed = [[] for _ in devices]
+
+    def all_gather(self, payloads, key=None):
+        payloads = list(payloads)
+        for mine, p in zip(self.handed, payloads):
+            mine.append(p)
+        return super().all_gather(payloads, key)
+
+    def all_reduce(self, vectors):
+        vectors = [list(v) for v in vectors]
+        for mine, v in zip(self.handed, vectors):
+            mine.extend(v)
+        return super().all_reduce(vectors)
+
+
 def exchange_locally(exchanges, tensors, name=None, average=False):
     """One reduction of one tensor among len(exchanges) simulated workers in
-    one process (the current device).
+    one process (the current device), through the real step
+    (Communicator.step: prepare, transfer, commit, finish) of
+    exchanges[0].communicator, every communicator included.
 
-    Worker i compresses tensors[i] with exchanges[i] (its own memory), the
-    payloads are exchanged as exchanges[0].communicator prescribes, and the
-    sum is decoded. Returns (results, payloads): each worker's reduced tensor
-    (bit-identical by construction) and the payloads that travelled:
-    all-gather: each worker's Exchange.compress() payload (decode it with
-    decompress); all-reduce: each worker's summable value vector.
+    Worker i contributes tensors[i] with exchanges[i] (its own memory and
+    state). Returns (results, payloads): each worker's reduced tensor
+    (bit-identical by construction) and, per worker, the list of tensors it
+    handed the transport, in order (all-gather: its batch payload, decoded
+    by decompress_batch with receiver_batch_context; all-reduce: its
+    summable vectors).
     """
     exchanges, tensors = list(exchanges), list(tensors)
     if len(exchanges) != len(tensors) or not exchanges:
-        raise ValueError("exchange_locally needs one tensor per compressor (at least one)")
-    communicator = exchanges[0].communicator
-    count = tf.cast(len(exchanges), tf.as_dtype(tf.convert_to_tensor(tensors[0]).dtype))
-    if not communicator.additive:
-        sent = [c.compress(t, name) for c, t in zip(exchanges, tensors)]
-        ctx = sent[0][1]
-        total = ordered_sum([exchanges[0].decompress(p, ctx) for p, _ in sent])
-        payloads = [p for p, _ in sent]
-    else:
-        key = exchanges[0]._key(name)  # pylint: disable=protected-access
-        tensors = [tf.convert_to_tensor(t) for t in tensors]
-        plan = fusion.make_plan([key], [tensors[0].shape], [tensors[0].dtype],
-                                exchanges[0].min_size)
-        (bucket,) = plan.buckets
-        sent = []
-        for ex, t in zip(exchanges, tensors):
-            (flat,) = ex.clip([tf.reshape(t, [-1])])
-            prep = ex.prepare_bucket(bucket, flat, communicator.counts(ex),
-                                     communicator.checks_range)
-            vectors, positions, outcome = communicator.encode_bucket(ex, bucket, prep)
-            vectors[0] = guarded(vectors[0], *ex.commit(prep, outcome))
-            sent.append((vectors, positions))
-        summed = [ordered_sum(parts) for parts in zip(*[v for v, _ in sent])]
-        flat = communicator.decode_bucket(bucket, summed, sent[0][1])
-        total = tf.reshape(flat, tensors[0].shape)
-        payloads = [v[0] if bucket.sparse_n else v[1] for v, _ in sent]
-    if average:
-        total = total / count
-    return [tf.identity(total) for _ in exchanges], payloads
+        raise ValueError("exchange_locally needs one tensor per exchange (at least one)")
+    tensors = [tf.convert_to_tensor(t) for t in tensors]
+    key = exchanges[0]._key(name)  # pylint: disable=protected-access
+    device = tensors[0].device
+    transport = _RecordingTransport([device] * len(exchanges))
+    out = exchanges[0].communicator.step(transport, exchanges, [[t] for t in tensors], [key],
+                                         average=average)
+    return [o[0] for o in out], transport.handed
 
 
 __all__ = ["COMMUNICATORS", "Allgather", "Allreduce", "Communicator", "LgcPS", "LgcRAR",

@@ -1,13 +1,14 @@
-"""The composition of earlier versions, kept working: Compressor(sparsifier,
-index_codec, value_codec, memory, communicator, ...).
+"""make_exchange(sparsifier, index_codec, value_codec, memory, communicator,
+...): the composition of earlier versions in one call.
 
-Since 0.9 the compressor is stateless (deepreduce_tf.compressor.Compressor:
-sparsifier + index codec + value codec) and the state a step keeps (memory,
+The compressor is stateless (deepreduce_tf.compressor.Compressor:
+sparsifier + index codec + value codec); the state a step keeps (memory,
 step counters, warm-up, clipping, the byte ledger) is held beside it by an
-exchange.Exchange, together with the communicator. Compressor() below
-builds exactly that pair, so code written against the old signature gets
-the same object from_params() returns: compress / decompress /
-compress_batch / compress_slices, .memory, .ledger, .communicator.
+exchange.Exchange, together with the communicator. make_exchange() builds
+exactly that pair, the object from_params() returns: compress /
+decompress / compress_batch / compress_slices, .memory, .ledger,
+.communicator. (Earlier versions called it Compressor, the name of the
+stateless class.)
 """
 from deepreduce_tf import compressor as _compressor
 from deepreduce_tf import fusion
@@ -21,11 +22,11 @@ from deepreduce_tf.exchange.allgather import Allgather
 from deepreduce_tf.exchange.endpoint import Exchange
 
 
-def Compressor(sparsifier, index_codec=None, value_codec=None, memory=None,  # pylint: disable=invalid-name
-               communicator=None, min_size=DEFAULT_MIN_SIZE, nonfinite="dense", seed=0,
-               ledger="default", variable_factory=None, name=None,
-               bucket_cap_mb=fusion.DEFAULT_BUCKET_CAP_MB, warmup_steps=0, warmup="dense",
-               clip_norm=None):
+def make_exchange(sparsifier, index_codec=None, value_codec=None, memory=None,
+                  communicator=None, min_size=DEFAULT_MIN_SIZE, nonfinite="dense", seed=0,
+                  ledger="default", variable_factory=None, name=None,
+                  bucket_cap_mb=fusion.DEFAULT_BUCKET_CAP_MB, warmup_steps=0, warmup="dense",
+                  clip_norm=None):
     """sparsifier + index codec + value codec, with memory and a communicator
     (default all-gather): an exchange.Exchange around a stateless
     compressor.Compressor. The arguments are those of both (see there)."""
@@ -40,4 +41,4 @@ def Compressor(sparsifier, index_codec=None, value_codec=None, memory=None,  # p
 __all__ = ["BATCH_FIELDS", "BUCKET_FIELDS", "BUCKET_SECTIONS", "DEFAULT_MIN_SIZE", "DTYPE_CODES",
            "IDENTITY_MISMATCH", "KIND_BUCKET", "META_FIELDS", "MODE_DENSE", "MODE_SLICES",
            "MODE_SPARSE", "NONFINITE_CHOICES", "NUM_SECTIONS", "WARMUP_CHOICES", "BatchContext",
-           "BucketContext", "Compressor", "Context", "SlicesContext"]
+           "BucketContext", "Context", "SlicesContext", "make_exchange"]

@@ -15,7 +15,7 @@ or one strategy.extended.batch_reduce_to) is a communicator's step
 (deepreduce_tf.communicators), over a transport (deepreduce_tf.transport):
   1. every replica fuses its gradients into a few flat buckets
      (deepreduce_tf.fusion) and compresses each bucket once with its own
-     Compressor (its own residual memory, its own byte ledger): ONE batch
+     Exchange (its own residual memory, its own byte ledger): ONE batch
      payload per replica;
   2. the payloads are exchanged: all-gather of variable-size payloads (the
      all-gather communicator) or an element-wise all-reduce of the summable
@@ -29,7 +29,7 @@ interfaces to that step: routing by value type, MEAN, placement.
 
 What does not go through the compressor (by design, documented):
   * tf.IndexedSlices (embedding gradients) are compressed with
-    Compressor.compress_slices: their own rows and values, never densified;
+    Exchange.compress_slices: their own rows and values, never densified;
     no sparsifier and no residual apply to them.
   * Values that are not floating point (int64 counters, ...) and tensors
     without a static shape are summed exactly, uncompressed.
@@ -81,6 +81,7 @@ from tensorflow.python.util import nest
 
 from deepreduce_tf._variables import ensure_initialized
 from deepreduce_tf.compressor import DTYPE_CODES
+from deepreduce_tf.exchange.allgather import Allgather
 from deepreduce_tf.exchange.allreduce import Allreduce
 from deepreduce_tf.exchange.base import Communicator
 from deepreduce_tf.exchange.endpoint import Exchange
@@ -129,7 +130,7 @@ SINGLE_REPLICA_MESSAGE = (
 
 
 def local_variable_factory(device):
-    """A Compressor variable_factory that puts state on `device` as a plain
+    """An Exchange variable_factory that puts state on `device` as a plain
     resource variable, outside any strategy's variable creator (each replica
     keeps its own residuals and counters)."""
 
@@ -149,14 +150,13 @@ class _Builder:
 
     def __init__(self, spec, accounting=True, communicator=None):
         if isinstance(spec, Exchange):
-            params = getattr(spec, "params", None)
-            if params is None:
+            if spec.params is None:
                 raise TypeError(
-                    "DeepReduce cross-device ops need one compressor per replica (each keeps its "
-                    "own residuals): pass the parameter dict, a Compressor made by "
-                    "deepreduce_tf.from_params, or a factory(variable_factory) -> Compressor, "
-                    "not a Compressor constructed by hand")
-            spec = dict(params)
+                    "DeepReduce cross-device ops need one exchange per replica (each keeps its "
+                    "own residuals): pass the parameter dict, an Exchange made by "
+                    "deepreduce_tf.from_params, or a factory(variable_factory) -> Exchange, "
+                    "not an Exchange constructed by hand")
+            spec = dict(spec.params)
         if isinstance(spec, dict):
             self.params = dict(spec)
             self._factory = None
@@ -164,7 +164,7 @@ class _Builder:
             self.params = None
             self._factory = spec
         else:
-            raise TypeError(f"expected a parameter dict, a Compressor or a factory, got {spec!r}")
+            raise TypeError(f"expected a parameter dict, an Exchange or a factory, got {spec!r}")
         if not isinstance(accounting, bool):
             raise TypeError(f"accounting must be True or False, got {accounting!r}")
         self.accounting = accounting
@@ -189,8 +189,7 @@ class _Builder:
         # Multi-worker with several local devices: sum locally, compress once
         # per worker (DeepReduceCollectiveOps), for the exchanges that send
         # bytes (the summable ones already go through TensorFlow's all-reduce).
-        self.hierarchical = (getattr(probe, "hierarchical", True)
-                             and not getattr(self.communicator, "additive", False))
+        self.hierarchical = probe.hierarchical and not self.communicator.additive
 
     def make(self, variable_factory):
         """A new Exchange with its own state, running self.communicator."""
@@ -200,19 +199,16 @@ class _Builder:
         else:
             ex = self._factory(variable_factory)
             if not isinstance(ex, Exchange):
-                raise TypeError(f"the compressor factory returned {ex!r}, not a "
-                                "deepreduce_tf.Compressor (an exchange.Exchange)")
-            if self.communicator is not None:
-                self.communicator.check(ex)
-                ex.communicator = self.communicator
-        if not self.accounting:
-            ex.ledger = None  # its counters are created lazily: none exist yet
+                raise TypeError(f"the exchange factory returned {ex!r}, not a "
+                                "deepreduce_tf.Exchange")
+        ex.reconfigure(communicator=self.communicator, accounting=self.accounting)
         return ex
 
 
 def _lossless_dense(compressor):
-    """True for a configuration that sends every value as it is."""
-    return (compressor.sparsifier.dense and compressor.index_codec.name == "raw"
+    """True for a configuration that sends every value as it is (PowerSGD
+    without memory is not: its factors are compressed)."""
+    return (type(compressor.communicator) is Allgather and compressor.sparsifier.dense and compressor.index_codec.name == "raw"
             and compressor.value_codec.name == "raw" and isinstance(compressor.memory, NoMemory)
             and not compressor.warmup_steps and compressor.clip_norm is None)
 
@@ -289,7 +285,7 @@ class _DeepReduceState:
         return [comps[r] for r in sorted(comps, key=int)]
 
     def _replica_compressor(self, replica, device):
-        """The Compressor of local replica number `replica`, created on first
+        """The Exchange of local replica number `replica`, created on first
         use with its state on `device`."""
         with self._state_lock:
             comp = self.state.compressors.get(str(replica))
@@ -315,8 +311,7 @@ class _DeepReduceState:
             self.state.apply_pending()
         if not self._unsaved_warned:
             self._unsaved_warned = True
-            keeps = any(not isinstance(ex.memory, NoMemory) or ex.steps
-                        or getattr(ex, "lgc", None) is not None for ex in self.compressors)
+            keeps = any(ex.keeps_state for ex in self.compressors)
             if keeps and not self.state.saved_by:
                 warnings.warn(STATE_NOT_SAVED_MESSAGE, StateNotSavedWarning, stacklevel=2)
 
@@ -416,9 +411,9 @@ class DeepReduceCrossDeviceOps(_DeepReduceState, cdo_lib.CrossDeviceOps):
     """tf.distribute.CrossDeviceOps for MirroredStrategy (one process, N devices).
 
     Args:
-      spec: the from_params() parameter dict, a Compressor made by
+      spec: the from_params() parameter dict, an Exchange made by
         from_params (its params are reused), or a factory
-        f(variable_factory) -> Compressor called once per replica.
+        f(variable_factory) -> Exchange called once per replica.
       accounting: keep byte counters (step_bytes(), totals(),
         BytesCallback); False creates none.
       communicator: a communicators.Communicator that owns the step,
@@ -738,8 +733,8 @@ class DeepReduceCollectiveOps(_DeepReduceState, cdo_lib.CollectiveAllReduce):
             workers = self._group_size // len(self._devices)
             transport = CollectiveTransport(leader_launcher, device, workers, options,
                                             self._wire_counter(0, device),
-                                            frames=self._frames(0, device))
-            transport.first_rank = int(self._id_in_cluster)
+                                            frames=self._frames(0, device),
+                                            first_rank=int(self._id_in_cluster))
             effects = [e for e in [self._count_exchange(0, device)] if e is not None]
             keys = _unique([_memory_key(i, len(flat), flat[i]) for i in dense_ids])
             dense, _ = self.communicator.step_all(transport, [comp], [summed], keys, [], [],
@@ -769,12 +764,13 @@ class DeepReduceCollectiveOps(_DeepReduceState, cdo_lib.CollectiveAllReduce):
             dense_ids = []
         if dense_ids or slice_ids:
             comp = self._replica_compressor(replica_id, device)
+            first_rank = (None if self._id_in_cluster is None
+                          else self._id_in_cluster * len(self._devices) + replica_id)
             transport = CollectiveTransport(self._launchers[replica_id], device,
                                             self._group_size, options,
                                             self._wire_counter(replica_id, device),
-                                            frames=self._frames(replica_id, device))
-            if self._id_in_cluster is not None:
-                transport.first_rank = self._id_in_cluster * len(self._devices) + replica_id
+                                            frames=self._frames(replica_id, device),
+                                            first_rank=first_rank)
             effects = [e for e in [self._count_exchange(replica_id, device)] if e is not None]
         if dense_ids or slice_ids:
             keys = _unique([_memory_key(i, n, flat[i]) for i in dense_ids])

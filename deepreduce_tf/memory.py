@@ -20,7 +20,8 @@ import sys
 
 import tensorflow as tf
 
-from deepreduce_tf._variables import default_variable_factory, ensure_initialized  # noqa: F401
+from deepreduce_tf._variables import (StateVar, default_variable_factory,  # noqa: F401
+                                      ensure_initialized)
 from deepreduce_tf.ops import fusion as fusion_ops
 
 
@@ -28,6 +29,18 @@ class Memory(tf.Module, abc.ABC):
     """Base class: compensate() before compressing, update() after."""
 
     name_ = None
+    # The state it keeps (_variables.StateVar), declared: none by default.
+    STATE = ()
+
+    def state_variables(self, key, like):
+        """The variables of `key` (created, shaped like `like`, on first
+        use): those its STATE declares."""
+        return []
+
+    def use_factory(self, variable_factory):
+        """Creates its variables with `variable_factory` from now on, unless
+        it was built with a factory of its own (the exchange's replica
+        variables under tf.distribute)."""
 
     @abc.abstractmethod
     def compensate(self, tensor, key):
@@ -96,6 +109,7 @@ def _slot_name(key):
 
 class ResidualMemory(Memory):
     name_ = "residual"
+    STATE = (StateVar("residual", "gradient", "the bucket's sparse section", "bucket"),)
 
     def __init__(self, beta=1.0, gamma=1.0, variable_factory=None, name=None):
         super().__init__(name=name)
@@ -107,6 +121,13 @@ class ResidualMemory(Memory):
 
     def config(self):
         return {"beta": self.beta, "gamma": self.gamma}
+
+    def use_factory(self, variable_factory):
+        if not self._factory_given:
+            self._factory = variable_factory
+
+    def state_variables(self, key, like):
+        return [self.residual(key, like=like)]
 
     def residual(self, key, like=None):
         """The residual variable of `key`, created (zeros shaped like `like`)
@@ -189,6 +210,8 @@ class MomentumCorrectionMemory(ResidualMemory):
     """
 
     name_ = "dgc"
+    STATE = ResidualMemory.STATE + (
+        StateVar("velocity", "gradient", "the bucket's sparse section", "bucket"),)
 
     def __init__(self, momentum=0.9, variable_factory=None, name=None):
         super().__init__(variable_factory=variable_factory, name=name)

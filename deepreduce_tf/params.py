@@ -338,11 +338,12 @@ def from_params(params, variable_factory=None, communicator=None):
                             bucket_cap_mb=float(get("bucket_cap_mb", BUCKET_CAP_MB.default)))
     exchange = Exchange(compressor, mem, communicator, variable_factory=variable_factory,
                         warmup_steps=get("warmup_steps", 0), warmup=get("warmup", "dense"),
-                        clip_norm=get("clip_norm", None))
-    exchange.hierarchical = HIERARCHICAL.validate(get(HIERARCHICAL.key, HIERARCHICAL.default))
+                        clip_norm=get("clip_norm", None),
+                        hierarchical=HIERARCHICAL.validate(get(HIERARCHICAL.key,
+                                                               HIERARCHICAL.default)),
+                        params=params)
     unused = sorted(set(p) - used)
     if unused:
         warnings.warn(f"deepreduce_tf.from_params: {', '.join(unused)} not used by this "
                       f"configuration ({exchange!r})", stacklevel=2)
-    exchange.params = dict(params)
     return exchange

@@ -43,9 +43,12 @@ class Transport(abc.ABC):
     """Moves payloads among `num_replicas` replicas; this call drives the
     replicas on `devices`."""
 
-    def __init__(self, devices, num_replicas):
+    def __init__(self, devices, num_replicas, first_rank=None):
         self.devices = tuple(devices)
         self.num_replicas = int(num_replicas)
+        # The global replica number of devices[0] (the others follow it),
+        # when known; None otherwise.
+        self.first_rank = first_rank
         # Counter updates the reduced result must depend on (TF1 graphs).
         self.effects = []
         if not self.devices:
@@ -128,7 +131,7 @@ class LocalTransport(Transport):
     """Every replica of the group is on a device of this process."""
 
     def __init__(self, devices):
-        super().__init__(devices, len(devices))
+        super().__init__(devices, len(devices), first_rank=0)
 
     def all_gather(self, payloads, key=None):
         payloads = list(payloads)
@@ -158,15 +161,13 @@ class CollectiveTransport(Transport):
     then becomes the longest payload plus a small margin (FRAME_MARGIN).
     """
 
-    def __init__(self, launcher, device, group_size, options, wire_counter=None, frames=None):
-        super().__init__([device], group_size)
+    def __init__(self, launcher, device, group_size, options, wire_counter=None, frames=None,
+                 first_rank=None):
+        super().__init__([device], group_size, first_rank=first_rank)
         self._launcher = launcher
         self._options = options
         self._wire = wire_counter
         self._frames = frames
-        # The global replica number of this transport's replica, when the
-        # caller knows it (DeepReduceCollectiveOps sets it); None otherwise.
-        self.first_rank = None
 
     # capacity = longest payload (words) + 1/256 of it + 8 words: payload
     # sizes vary by a few bytes between steps (a wider margin is padding on

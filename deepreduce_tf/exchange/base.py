@@ -56,6 +56,22 @@ class Communicator(abc.ABC):
         """Raises ValueError if `exchange` (its compressor, warm-up,
         clipping) cannot use this communicator."""
 
+    # ------------------------------------------------------------ state
+    def state_vars(self):
+        """The state this communicator keeps per replica beside the memory
+        (_variables.StateVar): declared here, created in the module
+        make_state() returns, saved with the exchange. Default: none."""
+        return ()
+
+    def make_state(self, exchange):
+        """The container of this communicator's state on `exchange` (a
+        tf.Module, tracked by the exchange as `communicator_state`, whose
+        variables the communicator creates on the first step), or None when
+        state_vars() declares none."""
+        if not self.state_vars():
+            return None
+        return tf.Module(name=self.name)
+
     def counts(self, exchange):
         """(counted, seeded) of a bucket with a sparse section: whether the
         step advances the key's counter and derives a seed from it."""

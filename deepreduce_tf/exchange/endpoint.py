@@ -8,10 +8,11 @@ what a step keeps between steps.
 An Exchange holds, per key (a variable or a fused bucket): the residual
 memory, the step counter that seeds randomk and QSGD (equal on every
 worker), the warm-up's progress, and the byte ledger; plus the local
-clipping and warm-up configuration and the communicator, chosen once. It
-is a tf.Module: a checkpoint holding it saves its state (as the
-Compressor of earlier versions did, under the same names: memory, steps,
-ledger, and a communicator's own state such as lgc).
+clipping and warm-up configuration and the communicator, chosen once. Each
+part declares the state it keeps when it is built (state_declaration());
+the variables are created on the first step. It is a tf.Module: a
+checkpoint holding it saves that state (memory, steps, ledger, and the
+communicator's own, communicator_state: PowerSGD's Q, LGC's autoencoder).
 
 Every path of a step is the same three pieces: prepare() (clip, compensate
 with memory, advance the counter, derive the seed), an encoding by the
@@ -29,7 +30,7 @@ import tensorflow as tf
 
 from deepreduce_tf import accounting
 from deepreduce_tf._checks import guarded
-from deepreduce_tf._variables import default_variable_factory, ensure_initialized
+from deepreduce_tf._variables import StateVar, default_variable_factory, ensure_initialized
 from deepreduce_tf.compressor import (WARMUP_CHOICES, BatchContext, BucketContext, Compressor,
                                       Context, _graph_safe)
 from deepreduce_tf.memory import Memory, NoMemory
@@ -77,6 +78,10 @@ class Exchange(tf.Module):
         gradients so that their global L2 norm (over the batch of
         compress_batch, over the tensor for compress) is at most clip_norm,
         before error feedback. None (default): no clipping.
+      hierarchical: under MultiWorkerMirroredStrategy with several devices
+        per worker, sum inside each worker first and compress only between
+        workers (from_params' 'hierarchical' key; default False).
+      params: the from_params dict it was built from (None otherwise).
 
     Raises:
       ValueError: an incompatible combination (the message says why).
@@ -84,7 +89,7 @@ class Exchange(tf.Module):
 
     def __init__(self, compressor, memory=None, communicator=None, ledger="default",
                  variable_factory=None, warmup_steps=0, warmup="dense", clip_norm=None,
-                 name=None):
+                 name=None, hierarchical=False, params=None):
         super().__init__(name=name)
         if not isinstance(compressor, Compressor):
             raise TypeError(f"compressor must be a deepreduce_tf.compressor.Compressor, got "
@@ -126,13 +131,29 @@ class Exchange(tf.Module):
                             "deepreduce_tf.from_params chooses it from the parameters")
         self.communicator = communicator
         self.communicator.check(self)
-        if variable_factory is not None and getattr(self.memory, "_factory_given", True) is False:
-            self.memory._factory = variable_factory  # pylint: disable=protected-access
+        self.hierarchical = bool(hierarchical)
+        self.params = dict(params) if params is not None else None
+        if variable_factory is not None:
+            self.memory.use_factory(variable_factory)
         for codec in compressor.codecs:
             codec.build(self.variable_factory)
         self.ledger = (accounting.ByteLedger(variable_factory=self.variable_factory)
                        if ledger == "default" else ledger)
         self.steps = {}
+        self.communicator_state = communicator.make_state(self)
+
+    def reconfigure(self, communicator=None, accounting=True):
+        """Before its first step: runs `communicator` instead of its own
+        (checked against this exchange; None keeps it) and, with
+        accounting=False, keeps no byte ledger. deepreduce_tf.distribute
+        uses it to give every replica's exchange the one communicator it
+        chose."""
+        if communicator is not None and communicator is not self.communicator:
+            communicator.check(self)
+            self.communicator = communicator
+            self.communicator_state = communicator.make_state(self)
+        if not accounting:
+            self.ledger = None  # its counters are created lazily: none exist yet
 
     # ------------------------------------------------------ the compressor's
     min_size = property(lambda self: self.compressor.min_size)
@@ -180,16 +201,39 @@ class Exchange(tf.Module):
         return self.communicator.additive
 
     def __repr__(self):
-        c = self.compressor
-        return (f"Compressor({c.sparsifier!r}, index={c.index_codec!r}, "
-                f"value={c.value_codec!r}, memory={type(self.memory).__name__}, "
-                f"communicator={type(self.communicator).__name__}, min_size={c.min_size})")
+        extra = "".join(f", {k}={v!r}" for k, v in (("warmup_steps", self.warmup_steps),
+                                                     ("clip_norm", self.clip_norm)) if v)
+        return (f"Exchange({self.compressor!r}, memory={type(self.memory).__name__}, "
+                f"communicator={self.communicator!r}{extra})")
+
+    def state_declaration(self):
+        """What a step keeps between steps, declared by each part when it was
+        built: a tuple of (owner, _variables.StateVar), owner one of
+        'memory', 'exchange' (step counters), 'communicator', 'codec:<name>',
+        'ledger' (byte counters)."""
+        out = [("memory", v) for v in self.memory.STATE]
+        counted, _ = self.communicator.counts(self)
+        if counted:
+            out.append(("exchange", StateVar("step", "int64", "[]", "bucket")))
+        out += [("communicator", v) for v in self.communicator.state_vars()]
+        for codec in self.compressor.codecs:
+            out += [(f"codec:{codec.name}", StateVar(getattr(v, "name", "variable"),
+                                                     v.dtype.name, str(v.shape), "codec"))
+                    for v in codec.variables or ()]
+        if self.ledger is not None:
+            out.append(("ledger", StateVar("bytes", "int64", "[]", "bucket")))
+        return tuple(out)
+
+    @property
+    def keeps_state(self):
+        """True if training resumed without this exchange's state would
+        differ (byte counters aside): something but the ledger is declared."""
+        return any(owner != "ledger" for owner, _ in self.state_declaration())
 
     @property
     def stateless(self):
         """True if a step creates no variables (ledger aside)."""
-        return (isinstance(self.memory, NoMemory) and not self.compressor.needs_seed(False)
-                and self.compressor.stateless)
+        return not self.keeps_state
 
     def _check_tensor(self, tensor, name):
         return self.compressor.check_tensor(tensor, name)
@@ -221,17 +265,6 @@ class Exchange(tf.Module):
         of tensors (tf.TensorSpec-like: .shape, .dtype) decodes another
         worker's compress_batch() payload of them."""
         return self.compressor.receiver_batch_context(specs, self._batch_keys(specs, names))
-
-    def communicator_state(self, name, make):
-        """State a communicator keeps per replica beside the compressor (LGC's
-        autoencoder), tracked as attribute `name` so that checkpoints save
-        it: created by make() on first use, then returned."""
-        state = getattr(self, name, None)
-        if state is None:
-            with tf.init_scope():
-                state = make()
-            setattr(self, name, state)
-        return state
 
     # ------------------------------------------------------------- state
     def step_counter(self, key):
@@ -291,13 +324,8 @@ class Exchange(tf.Module):
         counter if seeded) and returns the ops that initialize it in a TF1
         graph (see _variables.ensure_initialized); [] under eager execution."""
         variables = []
-        if like is not None and not isinstance(self.memory, NoMemory):
-            state = getattr(self.memory, "state_variables", None)
-            residual = getattr(self.memory, "residual", None)
-            if state is not None:
-                variables.extend(state(key, like))
-            elif residual is not None:
-                variables.append(residual(key, like=like))
+        if like is not None:
+            variables.extend(self.memory.state_variables(key, like))
         if seeded:
             variables.append(self.step_counter(key))
         if self.ledger is not None:

@@ -33,7 +33,7 @@ import numpy as np
 import tensorflow as tf
 
 from deepreduce_tf._checks import all_finite, guarded
-from deepreduce_tf._variables import ensure_initialized
+from deepreduce_tf._variables import StateVar, ensure_initialized
 from deepreduce_tf.accounting import ring_received
 from deepreduce_tf.codecs.base import Param
 from deepreduce_tf.compressor import BucketContext, _key_seed
@@ -130,14 +130,26 @@ class PowerSGD(Communicator):
         return False, False  # its step counter is its own (in its state)
 
     # ------------------------------------------------------------ state
-    def _state(self, exchange):
-        def make():
-            state = tf.Module(name="powersgd")
-            state.steps = exchange.variable_factory(tf.constant(0, tf.int64), "powersgd_steps")
-            state.q = {}
-            return state
+    def state_vars(self):
+        out = (StateVar("powersgd_steps", "int64", "[]", "exchange"),)
+        if self.warm_start:
+            out += (StateVar("powersgd_q", "float32", "[m, rank]", "matrix"),)
+        return out
 
-        return exchange.communicator_state("powersgd", make)
+    def make_state(self, exchange):
+        state = tf.Module(name="powersgd")
+        state.steps = None
+        state.q = {}
+        return state
+
+    @staticmethod
+    def _state(exchange):
+        state = exchange.communicator_state
+        if state.steps is None:
+            with tf.init_scope():
+                state.steps = exchange.variable_factory(tf.constant(0, tf.int64),
+                                                        "powersgd_steps")
+        return state
 
     def _initial_q(self, key, m, step=None):
         """A Q drawn from a seed every worker shares: the key's (warm start:

@@ -7,12 +7,12 @@
     update_hat = codec.decode(payload)                            # any receiver
 
 The update (a list of numpy arrays, one per model tensor) is compressed by a
-from_params Compressor into ONE payload (Compressor.compress_batch: fused
+from_params Exchange into ONE payload (Exchange.compress_batch: fused
 buckets, per-tensor top-k, the configured index and value codecs; small
 tensors travel dense in the bucket's dense section). Top-k skips zeros here
 unless params say topk_skip_zeros=False: a client's update is exactly zero
 where it did not train. Error feedback is done
-here, not by the Compressor's memory variables, because a federated client
+here, not by the Exchange's memory variables, because a federated client
 lives for one round: x = update + residual, payload = C(x), residual' =
 x - D(C(x)), where D is exactly what every receiver decodes. The caller keeps
 the residual (Flower's per-node state, deepreduce_tf.federated.flower).

@@ -37,7 +37,7 @@ import numpy as np
 import tensorflow as tf
 
 from deepreduce_tf._checks import all_finite, check, guarded
-from deepreduce_tf._variables import ensure_initialized
+from deepreduce_tf._variables import StateVar, ensure_initialized
 from deepreduce_tf.accounting import ring_received
 from deepreduce_tf.codecs.base import Param
 from deepreduce_tf.compressor import BucketContext, Compressor
@@ -137,24 +137,24 @@ class _Lgc(Communicator):
         return f"{type(self).__name__}({cfg})"
 
     # ------------------------------------------------------------ checks
-    def check(self, compressor):
+    def check(self, exchange):
         problems = []
-        sp = compressor.sparsifier
+        sp = exchange.sparsifier
         if sp.name != "topk":
             problems.append(f"it sends values at the leader's top-k positions, but the "
                             f"compressor is {sp.name!r} (use compressor='topk')")
-        policy = getattr(compressor.index_codec, "policy", None)
-        if compressor.index_codec.name == "bloom" and policy == "p0":
+        policy = getattr(exchange.index_codec, "policy", None)
+        if exchange.index_codec.name == "bloom" and policy == "p0":
             problems.append("Bloom policy p0 decodes false positives (more than K positions); "
                             "use another policy or a lossless index codec")
-        if getattr(compressor, "warmup_steps", 0) or getattr(compressor, "clip_norm", None):
+        if exchange.warmup_steps or exchange.clip_norm is not None:
             problems.append("warmup_steps and clip_norm belong to the all-gather exchange "
                             "(LGC has its own warm-up: lgc_warmup_steps)")
-        problems += self._check_values(compressor)
+        problems += self._check_values(exchange)
         if problems:
             raise ValueError(f"communicator {self.name!r}: " + "; ".join(problems))
 
-    def _check_values(self, compressor):
+    def _check_values(self, exchange):
         return []
 
     # ------------------------------------------------------------ state
@@ -162,23 +162,35 @@ class _Lgc(Communicator):
         # LGC counts its exchanges itself (one counter per bucket, in its state).
         return False, False
 
-    def _state(self, comp, num_replicas):
-        """The process's LGC state (autoencoder, exchange counters), kept beside
-        its first replica's compressor so that it is checkpointed with it."""
-        def make():
-            state = tf.Module(name="lgc")
-            decoders = num_replicas if self.per_node_decoders else 1
-            state.autoencoder = Autoencoder(self.ae_kind, decoders, self.channels,
-                                            self.latent_channels, self.lr, self.seed,
-                                            comp.variable_factory,
-                                            identity_init=self.init == "identity")
-            state.exchanges = {}
-            # What the state was made for (0: not yet known): a fingerprint
-            # of the configuration and the model's buckets.
-            state.signature = comp.variable_factory(tf.constant(0, tf.int64), "lgc_signature")
-            return state
+    def state_vars(self):
+        return (StateVar("autoencoder", "float32", "its weights and Adam slots", "exchange"),
+                StateVar("lgc_exchanges", "int64", "[]", "bucket"),
+                StateVar("lgc_signature", "int64", "[]", "exchange"),
+                StateVar("step", "int64", "[]", "bucket"))  # the helper codecs' seeds
 
-        state = comp.communicator_state("lgc", make)
+    def make_state(self, exchange):
+        state = tf.Module(name="lgc")
+        state.autoencoder = None
+        state.exchanges = {}
+        state.signature = None
+        state.codecs = None
+        return state
+
+    def _state(self, comp, num_replicas):
+        """The process's LGC state (autoencoder, exchange counters), kept in
+        its first replica's exchange so that it is checkpointed with it."""
+        state = comp.communicator_state
+        if state.autoencoder is None:
+            with tf.init_scope():
+                decoders = num_replicas if self.per_node_decoders else 1
+                state.autoencoder = Autoencoder(self.ae_kind, decoders, self.channels,
+                                                self.latent_channels, self.lr, self.seed,
+                                                comp.variable_factory,
+                                                identity_init=self.init == "identity")
+                # What the state was made for (0: not yet known): a fingerprint
+                # of the configuration and the model's buckets.
+                state.signature = comp.variable_factory(tf.constant(0, tf.int64),
+                                                        "lgc_signature")
         if state.autoencoder.num_decoders != (num_replicas if self.per_node_decoders else 1):
             raise ValueError(f"{self.name}: this autoencoder has "
                              f"{state.autoencoder.num_decoders} decoders, made for another "
@@ -197,19 +209,22 @@ class _Lgc(Communicator):
         """Per-replica helper exchanges: the value codec over dense vectors
         (values, latents) and top-k + codecs for the innovation (no memory,
         no ledger; their step counters seed a seeded value codec)."""
-        def make():
-            helpers = tf.Module(name="lgc_codecs")
-            helpers.values = Exchange(
-                Compressor(make_sparsifier("none"), None, comp.value_codec, min_size=0,
-                           seed=comp.seed),
-                communicator=Allgather(), ledger=None, variable_factory=comp.variable_factory)
-            helpers.innovation = Exchange(
-                Compressor(make_sparsifier("topk", compress_ratio=self.innovation),
-                           comp.index_codec, comp.value_codec, min_size=0, seed=comp.seed),
-                communicator=Allgather(), ledger=None, variable_factory=comp.variable_factory)
-            return helpers
-
-        return comp.communicator_state("lgc_codecs", make)
+        state = comp.communicator_state
+        if state.codecs is None:
+            with tf.init_scope():
+                helpers = tf.Module(name="lgc_codecs")
+                helpers.values = Exchange(
+                    Compressor(make_sparsifier("none"), None, comp.value_codec, min_size=0,
+                               seed=comp.seed),
+                    communicator=Allgather(), ledger=None,
+                    variable_factory=comp.variable_factory)
+                helpers.innovation = Exchange(
+                    Compressor(make_sparsifier("topk", compress_ratio=self.innovation),
+                               comp.index_codec, comp.value_codec, min_size=0, seed=comp.seed),
+                    communicator=Allgather(), ledger=None,
+                    variable_factory=comp.variable_factory)
+                state.codecs = helpers
+        return state.codecs
 
     def phase_of(self, exchange):
         """1, 2 or 3 for exchange number `exchange` (1 = the first)."""
@@ -253,7 +268,7 @@ class _Lgc(Communicator):
     # ------------------------------------------------------------ the step
     def transfer(self, transport, exchanges, plan, prepared, keys):
         R = transport.num_replicas
-        first = getattr(transport, "first_rank", None)
+        first = transport.first_rank
         if first is None:
             if len(transport.devices) != R:
                 raise NotImplementedError(
@@ -396,7 +411,7 @@ class _Lgc(Communicator):
         return guarded(out, loss, *transport.effects), outcomes, gots
 
     # ------------------------------------------------------------ pieces
-    def _sync_weights(self, transport, compressors, ranks, ae, first3, config, key):
+    def _sync_weights(self, transport, exs, ranks, ae, first3, config, key):
         """At the first compressed exchange, replica 0's weights replace
         everyone's (so that the frozen autoencoder is the same everywhere).
         Returns the bytes replica 0 sent (0 on other exchanges)."""
@@ -484,10 +499,10 @@ class LgcPS(_Lgc):
         _, idx = tf.math.top_k(tf.abs(v - recon), m)
         return tf.scatter_nd(tf.expand_dims(idx, 1), tf.ones([m], tf.bool), [k])
 
-    def _round_b(self, transport, compressors, values, ranks, ae, scale, phase3, exchange,
+    def _round_b(self, transport, exs, values, ranks, ae, scale, phase3, exchange,
                  config, key, bucket, k):
         R = transport.num_replicas
-        helpers = [self._helpers(c, k) for c in compressors]
+        helpers = [self._helpers(c, k) for c in exs]
         lat_n = latent_length(k, ae.latent_channels)
 
         def pack(parts, phase):
@@ -568,8 +583,8 @@ class LgcRAR(_Lgc):
     name = "lgc_rar"
     default_activation = "linear"
 
-    def _check_values(self, compressor):
-        vc = compressor.value_codec
+    def _check_values(self, ex):
+        vc = ex.value_codec
         if vc.name not in Allreduce.WIRE_DTYPES:
             return [f"latents are summed by an all-reduce, so the value codec must be additive "
                     f"(raw, fp16 or bf16), got {vc.name!r}"]
@@ -580,9 +595,9 @@ class LgcRAR(_Lgc):
         autoencoder learns to reproduce sums."""
         return tf.reduce_mean(tf.square(ae.decode(ae.encode(data), k, 0) - data))
 
-    def _round_b(self, transport, compressors, values, ranks, ae, scale, phase3, exchange,
+    def _round_b(self, transport, exs, values, ranks, ae, scale, phase3, exchange,
                  config, key, bucket, k):
-        wire = Allreduce.wire_dtype(compressors[0], tf.float32)
+        wire = Allreduce.wire_dtype(exs[0], tf.float32)
 
         def early():
             sent = [tf.cast(tf.cast(v, tf.float32), wire) for v in values]

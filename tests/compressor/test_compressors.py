@@ -460,8 +460,9 @@ def test_exchange_locally_replicas_identical(rng, index, value):
             np.testing.assert_array_equal(r.numpy(), results[0].numpy())
         # The sum of what a receiver decodes from each payload, separately.
         receiver = make(index, value)
-        _, ctx = receiver.compress(tf.zeros(N_SHAPE), name="v")
-        decoded = [receiver.decompress(p, ctx).numpy() for p in payloads]
+        ctx = receiver.receiver_batch_context([tf.TensorSpec(N_SHAPE, tf.float32)], ["v"])
+        assert all(len(p) == 1 for p in payloads)  # one batch payload per worker
+        decoded = [receiver.decompress_batch(p, ctx)[0].numpy() for (p,) in payloads]
         np.testing.assert_array_equal(results[0].numpy(),
                                       tf.add_n([tf.constant(d) for d in decoded]).numpy())
 
@@ -475,7 +476,8 @@ def test_allreduce_randomk_fp16(rng):
     import sparsify_reference
 
     pos, _ = sparsify_reference.random_k(grads[0], 250, step_seed("v", 1))
-    assert payloads[0].dtype == tf.float16 and payloads[0].shape == (250,)
+    wire, rest = payloads[0]  # the summable values at the agreed positions, the dense section
+    assert wire.dtype == tf.float16 and wire.shape == (250,) and rest.shape == (0,)
     expect = np.zeros(5000, np.float32)
     expect[pos] = (grads[0].ravel()[pos].astype(np.float16)
                    + grads[1].ravel()[pos].astype(np.float16)).astype(np.float32)

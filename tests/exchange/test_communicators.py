@@ -99,7 +99,7 @@ def test_the_communicator_is_chosen_once_for_every_path(rng):
     x = [tf.constant(np.arange(3000, dtype=np.float32) * (r + 1)) for r in range(2)]
     results, payloads = communicators.exchange_locally(ops.compressors, x, name="w")
     # All-reduce payloads are the summable values themselves, not uint8 frames.
-    assert all(p.dtype == tf.float32 for p in payloads)
+    assert all(v.dtype == tf.float32 for p in payloads for v in p)
     np.testing.assert_array_equal(results[0].numpy(), x[0].numpy() + x[1].numpy())
 
 
@@ -211,3 +211,44 @@ def test_each_worker_clips_before_the_sum(rng, communicator):
     assert np.linalg.norm(grads[1]) > 1.5 > np.linalg.norm(grads[0])
     for r in results:
         np.testing.assert_allclose(r.numpy(), want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("params", [
+    {"compressor": "powersgd", "rank": 2, "memory": "residual", "min_size": 16},
+    {"compressor": "topk", "compress_ratio": 0.05, "communicator": "lgc_ps", "memory": "residual",
+     "lgc_warmup_steps": 1, "lgc_train_steps": 1, "lgc_channels": "4,8,16,32", "min_size": 16},
+    {"compressor": "topk", "compress_ratio": 0.05, "communicator": "lgc_rar",
+     "memory": "residual", "lgc_warmup_steps": 1, "lgc_train_steps": 1,
+     "lgc_channels": "4,8,16,32", "min_size": 16},
+    {"compressor": "randomk", "compress_ratio": 0.1, "communicator": "allreduce",
+     "memory": "residual", "min_size": 16},
+    {"compressor": "topk", "compress_ratio": 0.05, "memory": "dgc", "deepreduce": "both",
+     "index": "golomb", "value": "qsgd", "bits": 7, "min_size": 16},
+])
+def test_exchange_locally_is_the_multi_replica_step(rng, params):
+    """exchange_locally runs the real step of every communicator (PowerSGD and
+    LGC included, through all three LGC phases): step by step the same sums,
+    bit for bit, as DeepReduceCrossDeviceOps over two devices."""
+    ops = drd.DeepReduceCrossDeviceOps(params)
+    local = [dr.from_params(params) for _ in DEVICES]
+    for _ in range(4):
+        grads = [rng.normal(size=(64, 48)).astype(np.float32) * (r + 1) for r in range(2)]
+        lists = []
+        for d, g in zip(DEVICES, grads):
+            with tf.device(d):
+                lists.append([tf.constant(g)])
+        want = ops.reduce_tensors(lists)
+        # The key the ops give this tensor (it seeds random-k, QSGD, PowerSGD's Q).
+        key = drd._memory_key(0, 1, lists[0][0])  # pylint: disable=protected-access
+        with tf.device(DEVICES[0]):
+            got, handed = communicators.exchange_locally(local, [tf.constant(g) for g in grads],
+                                                         name=key)
+        for r in range(2):
+            np.testing.assert_array_equal(got[r].numpy(), want[0][0].numpy())
+        assert all(handed) and len(handed) == 2
+
+
+def test_repr_says_what_the_object_is():
+    ex = dr.from_params({"compressor": "powersgd", "rank": 2})
+    assert repr(ex).startswith("Exchange(Compressor(") and "PowerSGD(rank=2" in repr(ex)
+    assert repr(ex.compressor).startswith("Compressor(")

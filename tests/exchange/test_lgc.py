@@ -108,7 +108,7 @@ def test_error_feedback_conserves_the_sum_through_every_phase(comm, rng):
             np.testing.assert_allclose(out[0][j].numpy(), fed[j].reshape(SHAPES[j]), rtol=1e-6,
                                        atol=1e-6)
         before = after
-    state = comps[0].lgc
+    state = comps[0].communicator_state
     assert [int(v.numpy()) for v in state.exchanges.values()] == [7]
     assert int(state.autoencoder.adam_t.numpy()) == 3  # trained in exchanges 3, 4, 5 only
 
@@ -293,7 +293,7 @@ def test_keras_fit_under_mirrored_strategy_switches_phases(comm, tmp_path):
     for w in model.trainable_variables:  # replicas stay identical
         vals = [v.numpy() for v in strategy.experimental_local_results(w.value)]
         np.testing.assert_array_equal(vals[0], vals[1])
-    state = ops.compressors[0].lgc
+    state = ops.compressors[0].communicator_state
     assert [int(v.numpy()) for v in state.exchanges.values()] == [16]
     assert int(state.autoencoder.adam_t.numpy()) == 3
     # the exchange state (autoencoder and exchange counts) is checkpointed
@@ -301,7 +301,7 @@ def test_keras_fit_under_mirrored_strategy_switches_phases(comm, tmp_path):
     ops2, _, model2 = build()
     tf.train.Checkpoint(deepreduce=ops2.state).restore(path)
     model2.fit(x[:64], y[:64], batch_size=32, epochs=1, verbose=0)
-    state2 = ops2.compressors[0].lgc
+    state2 = ops2.compressors[0].communicator_state
     assert [int(v.numpy()) for v in state2.exchanges.values()] == [18]
     assert int(state2.autoencoder.adam_t.numpy()) == 3  # restored, not retrained
     with warnings.catch_warnings():
@@ -433,6 +433,6 @@ def test_the_weights_are_broadcast_once_whatever_the_number_of_buckets():
               for _ in range(2)])
         sent.append(comps[0].ledger.per_variable())
     assert len(sent[0]) == 3  # three buckets
-    weights = 4 * comps[0].lgc.autoencoder.num_weights()
+    weights = 4 * comps[0].communicator_state.autoencoder.num_weights()
     extra = {k: sent[5][k][0] - sent[6][k][0] for k in sent[6]}
     assert sorted(v > weights for v in extra.values()) == [False, False, True]

@@ -150,16 +150,17 @@ def test_params_not_a_dict():
 
 def test_direct_composition():
     """Classes compose without from_params."""
-    c = dr.Compressor(sparsifiers.TopK(0.05), ic.GolombIndex(), vc.QsgdValue(bits=4),
-                      memory.ResidualMemory(), communicators.Allgather(), min_size=10)
+    c = dr.make_exchange(sparsifiers.TopK(0.05), ic.GolombIndex(), vc.QsgdValue(bits=4),
+                         memory.ResidualMemory(), communicators.Allgather(), min_size=10)
+    assert isinstance(c, dr.Exchange) and isinstance(c.compressor, dr.Compressor)
     g = tf.random.normal([100, 10])
     p, ctx = c.compress(g, name="w")
     out = c.decompress(p, ctx)
     assert int(tf.math.count_nonzero(out)) <= 50
     with pytest.raises(TypeError, match="Sparsifier"):
-        dr.Compressor("topk")
+        dr.make_exchange("topk")
     with pytest.raises(ValueError, match="needs a sparsifier"):
-        dr.Compressor(sparsifiers.NoSparsifier(), ic.GolombIndex())
+        dr.make_exchange(sparsifiers.NoSparsifier(), ic.GolombIndex())
 
 
 # ---------------------------------------------------------------------------

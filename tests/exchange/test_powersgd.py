@@ -66,7 +66,7 @@ def test_steps_match_the_numpy_reference(rng, rank):
         (residual,) = ex.memory.residuals.values()
         flat = np.concatenate([e.ravel() for e in want.errors[r]])
         np.testing.assert_allclose(residual.numpy(), flat, rtol=2e-4, atol=2e-5)
-        state = ex.powersgd
+        state = ex.communicator_state
         assert int(state.steps.numpy()) == 4
         for i, s in enumerate(SHAPES):
             if want.compressed(i):
@@ -124,7 +124,7 @@ def test_zero_gradients_and_nonfinite_steps(rng):
     _run(ops, grads)
     before = [ex.memory.residuals[k].numpy() for ex in ops.compressors
               for k in ex.memory.residuals]
-    qs = [v.numpy() for ex in ops.compressors for v in ex.powersgd.q.values()]
+    qs = [v.numpy() for ex in ops.compressors for v in ex.communicator_state.q.values()]
     bad = _grads(rng)
     bad[1][2][0, 0] = np.nan
     got = _run(ops, bad)
@@ -136,7 +136,7 @@ def test_zero_gradients_and_nonfinite_steps(rng):
              for k in ex.memory.residuals]
     for a, b in zip(before, after):  # no worker's memory changed
         np.testing.assert_array_equal(a, b)
-    for a, b in zip(qs, [v.numpy() for ex in ops.compressors for v in ex.powersgd.q.values()]):
+    for a, b in zip(qs, [v.numpy() for ex in ops.compressors for v in ex.communicator_state.q.values()]):
         np.testing.assert_array_equal(a, b)
 
 
@@ -206,7 +206,7 @@ def test_without_warm_start_q_is_fresh_every_step(rng):
     ops = _ops(rank=1, warm_start=False)
     grads = _grads(rng)
     _run(ops, grads)
-    assert not ops.compressors[0].powersgd.q  # no Q is kept
+    assert not ops.compressors[0].communicator_state.q  # no Q is kept
 
 
 def test_keras_fit_under_mirrored_strategy(rng):

@@ -53,3 +53,33 @@ def test_keras_state_or_a_checkpoint_silences_it(tmp_path):
                                      "deepreduce": "value", "communicator": "allreduce"}])
 def test_a_stateless_exchange_does_not_warn(params):
     assert not _warnings_of(drd.DeepReduceCrossDeviceOps(params))
+
+
+@pytest.mark.parametrize("params", [
+    # PowerSGD without error feedback still keeps Q (warm start) and its step count.
+    {"compressor": "powersgd", "rank": 1, "memory": "none", "min_size": 16},
+    {"compressor": "topk", "compress_ratio": 0.05, "communicator": "lgc_ps", "memory": "none",
+     "lgc_warmup_steps": 1, "lgc_train_steps": 1, "lgc_channels": "4,8,16,32", "min_size": 16},
+])
+def test_state_a_communicator_declares_warns_too(params):
+    """The warning follows what each part declares (Exchange.state_declaration),
+    not the memory alone: PowerSGD's Q and LGC's autoencoder are state."""
+    import deepreduce_tf as dr
+
+    owners = {owner for owner, _ in dr.from_params(params).state_declaration()}
+    assert "communicator" in owners and "memory" not in owners
+    assert len(_warnings_of(drd.DeepReduceCrossDeviceOps(params))) == 1
+
+
+def test_what_each_part_declares():
+    import deepreduce_tf as dr
+
+    decl = dr.from_params(dict(STATEFUL, memory="dgc")).state_declaration()
+    assert [(o, v.name) for o, v in decl] == [("memory", "residual"), ("memory", "velocity"),
+                                              ("ledger", "bytes")]
+    decl = dr.from_params({"compressor": "randomk", "compress_ratio": 0.1,
+                           "memory": "none"}).state_declaration()
+    assert [(o, v.name) for o, v in decl] == [("exchange", "step"), ("ledger", "bytes")]
+    decl = dr.from_params({"compressor": "powersgd", "warm_start": False}).state_declaration()
+    assert [v.name for o, v in decl if o == "communicator"] == ["powersgd_steps"]
+    assert not dr.from_params({"compressor": "none"}).keeps_state

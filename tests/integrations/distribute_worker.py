@@ -88,9 +88,10 @@ def main():
             losses.append(float(strategy.experimental_local_results(loss)[0]))
         weights = [v.numpy() for v in model.trainable_variables]
         batch_logs = []
-    lgc = getattr(ops.compressors[0], "lgc", None) if ops.compressors else None
     lgc_state = {}
-    if lgc is not None:  # Learned Gradient Compression: its autoencoder and counts
+    if ops.compressors and ops.communicator.name.startswith("lgc"):
+        # Learned Gradient Compression: its autoencoder and counts
+        lgc = ops.compressors[0].communicator_state
         lgc_state = {"lgc_weights": lgc.autoencoder.flat_weights().numpy(),
                      "lgc_adam_t": int(lgc.autoencoder.adam_t.numpy()),
                      "lgc_exchanges": [int(v.numpy()) for v in lgc.exchanges.values()]}
