@@ -1,7 +1,7 @@
 """The compressor: sparsifier + index codec + value codec, a stateless pipeline.
 
     compressor = Compressor(sparsifiers.TopK(0.01), codecs.index.GolombIndex())
-    enc, keep = compressor.encode(x, key, seed)      # x: the compensated gradient
+    enc = compressor.encode(x, key, seed)            # x: the compensated gradient
     payload = compressor.tensor_payload(enc, x, identity)
     ...payload travels...
     total = sum(compressor.decompress(p, ctx) for p in gathered)
@@ -69,7 +69,7 @@ import zlib
 import tensorflow as tf
 
 from deepreduce_tf import fusion
-from deepreduce_tf._checks import all_finite, check, guarded
+from deepreduce_tf._checks import check, guarded
 from deepreduce_tf.codecs import index as index_codecs
 from deepreduce_tf.codecs import value as value_codecs
 from deepreduce_tf.memory import Sent
@@ -125,6 +125,15 @@ and payload bytes (int64 scalar tensor)."""
 
 BatchContext.__doc__ = """What compress_batch() keeps locally: the fusion
 plan and one BucketContext per bucket."""
+
+
+def bucket_record(bucket, payload_bytes):
+    """The byte ledger's record of one fused bucket's exchange (every
+    communicator's, the receivers' contexts too): the BucketContext of
+    `bucket` (fusion.Bucket) that sent `payload_bytes` (int64 scalar tensor,
+    or None for a receiver). The one place such a record is made."""
+    return BucketContext(bucket.key, bucket, bucket.dtype, bucket.n, bucket.nbytes,
+                         payload_bytes)
 
 _Encoded = collections.namedtuple(
     "_Encoded", ["mode", "index", "value", "perm", "k", "count", "aux0", "aux1", "rest",
@@ -315,7 +324,7 @@ class Compressor:
         worker's compress_batch() payload of them."""
         keys = self._batch_keys(specs, names)
         plan = self.plan(keys, specs)
-        return BatchContext(plan, tuple(BucketContext(b.key, b, b.dtype, b.n, b.nbytes, None)
+        return BatchContext(plan, tuple(bucket_record(b, None)
                                         for b in plan.buckets))
 
     def identity(self, key, shape):
@@ -391,7 +400,7 @@ class Compressor:
             positions = idx if ienc is None else ienc.positions
             count = tf.size(positions, out_type=tf.int64)
             if positions is not idx:  # a Bloom filter's positions: more than idx
-                values = tf.gather(x, positions)
+                values = fusion_ops.gather(x, positions)
         vc = self.value_codec
         ok = None
         if vc.name == "raw":
@@ -404,7 +413,7 @@ class Compressor:
         order = positions
         perm_section = empty
         if venc.perm is not None:
-            order = venc.perm if positions is None else tf.gather(positions, venc.perm)
+            order = venc.perm if positions is None else fusion_ops.gather(positions, venc.perm)
             if ienc is not None:  # a raw index sends the positions in the codec's order
                 perm_section = payload_ops.perm_encode(venc.perm)
         if ienc is None:
@@ -438,15 +447,15 @@ class Compressor:
         return limit
 
     def encode(self, x, key, seed, lengths=None, warmup=None, fits=None):
-        """A compensated flat gradient -> (_Encoded, keep).
+        """A compensated flat gradient -> _Encoded.
 
         The step is sent dense, in x's own dtype, when x holds a value the
-        value codec cannot carry: NaN/Inf (nonfinite='dense'; 'raise' fails
-        the step instead), a finite value beyond the codec's range (fp16
-        above 65504, ...), or one the codec rounds to Inf in x's dtype. The
-        encoding's last three fields are the memory.Sent of what receivers
-        decode; keep (a bool scalar, None with nonfinite='raise') says that
-        x held NaN/Inf and the residual must stay as it was.
+        value codec cannot carry: NaN/Inf (the step's non-finite policy,
+        Exchange.nonfinite_rule, has already failed it under 'raise' and
+        keeps the residual under 'dense'), a finite value beyond the codec's
+        range (fp16 above 65504, ...), or one the codec rounds to Inf in x's
+        dtype. The encoding's last three fields are the memory.Sent of what
+        receivers decode.
 
         Args:
           x: the compensated flat gradient (a tensor, or a bucket's sparse
@@ -459,9 +468,6 @@ class Compressor:
           fits: all_within(x, value_limit) when the caller has it already
             (Memory.compensate_within computes it in the compensation's pass).
         """
-        if self.nonfinite == "raise":
-            x = all_finite(
-                x, message=f"gradient {key!r} holds NaN or Inf (nonfinite='raise')")
         if fits is None:  # one pass, nothing allocated: NaN and Inf do not fit either
             fits = fusion_ops.all_within(x, self.value_limit(x.dtype))
         in_warmup, ratio = warmup if warmup is not None else (None, None)
@@ -475,12 +481,7 @@ class Compressor:
                 return enc
             return tf.cond(ok, lambda: enc, lambda: self._encode_dense(x))
 
-        enc = _Encoded(*tf.cond(fits, sparse, lambda: self._encode_dense(x)))
-        keep = None
-        if self.nonfinite == "dense":
-            keep = tf.cond(fits, lambda: tf.constant(False),
-                           lambda: tf.logical_not(tf.reduce_all(tf.math.is_finite(x))))
-        return enc, keep
+        return _Encoded(*tf.cond(fits, sparse, lambda: self._encode_dense(x)))
 
     @staticmethod
     def sent(enc):
@@ -513,7 +514,7 @@ class Compressor:
         values = vc.decode(value_section, count, dtype, n)
         if vc.sorting:
             perm = payload_ops.perm_decode(perm_section, count)
-            return tf.scatter_nd(tf.expand_dims(perm, 1), tf.cast(values, dtype), [n])
+            return fusion_ops.scatter_sum(tf.cast(perm, tf.int64), tf.cast(values, dtype), n)
         return tf.reshape(tf.cast(values, dtype), [n])
 
     def _decode_sparse_parts(self, meta, sections, n, dtype):
@@ -533,7 +534,7 @@ class Compressor:
         values = vc.decode(value_section, count, dtype, n)
         if vc.sorting and not self.index_codec.carries_order:
             perm = payload_ops.perm_decode(perm_section, count)
-            positions = tf.gather(positions, perm)
+            positions = fusion_ops.gather(positions, perm)
         return tf.cast(positions, tf.int64), tf.cast(values, dtype)
 
     # -------------------------------------------------------------- public API
@@ -652,8 +653,7 @@ class Compressor:
         payload = payload_ops.pack([enc.index, enc.value, enc.perm, dense_section], meta,
                                    kind=KIND_BUCKET)
         nbytes = tf.size(payload, out_type=tf.int64)
-        return payload, BucketContext(bucket.key, bucket, bucket.dtype, bucket.n, bucket.nbytes,
-                                      nbytes)
+        return payload, bucket_record(bucket, nbytes)
 
     @_graph_safe
     def decompress_bucket(self, payload, ctx):
@@ -790,8 +790,8 @@ class Compressor:
         merged = tf.math.unsorted_segment_sum(tf.reshape(values, [-1, width]), where,
                                               tf.size(rows))
         order = tf.argsort(rows)
-        rows = tf.gather(rows, order)
-        merged = tf.gather(merged, order)
+        rows = fusion_ops.gather(rows, order)
+        merged = fusion_ops.gather(merged, order)
         flat = tf.reshape(merged, [-1])
         u = tf.size(rows, out_type=tf.int64)
         count = u * width
@@ -851,7 +851,7 @@ class Compressor:
                          ctx.dtype)
         if vc.sorting:
             perm = payload_ops.perm_decode(psec, count)
-            values = tf.scatter_nd(tf.expand_dims(perm, 1), values, [count])
+            values = fusion_ops.gather(values, tf.math.invert_permutation(perm))
         values = tf.reshape(values, [-1] + ctx.dense_shape[1:].as_list())
         return tf.IndexedSlices(values, rows,
                                 tf.constant(ctx.dense_shape.as_list(), tf.int64))

@@ -270,7 +270,7 @@ class MomentumCorrectionMemory(ResidualMemory):
                                "compensate() in the same step")
         u = self.velocity(key, compensated)
         masked = fusion_ops.scatter_subtract(u_new, sent.positions,
-                                             tf.gather(u_new, sent.positions))
+                                             fusion_ops.gather(u_new, sent.positions))
         if keep is None:
             new_u = masked
         else:  # a NaN/Inf step leaves the velocity as it was, like the residual

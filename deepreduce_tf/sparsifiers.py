@@ -26,6 +26,7 @@ import collections
 import numpy as np
 import tensorflow as tf
 
+from deepreduce_tf.ops import fusion as fusion_ops
 from deepreduce_tf.ops import sparsify as sparsify_ops
 
 
@@ -71,12 +72,12 @@ class Sparsifier(abc.ABC):
         a gather afterwards reads x at K random places (a cache miss each on
         a large bucket)."""
         idx = self.select(x, seed)
-        return idx, tf.gather(x, idx)
+        return idx, fusion_ops.gather(x, idx)
 
     def select_segments_values(self, x, lengths, seed):
         """(select_segments(x, lengths, seed), x at those positions)."""
         idx = self.select_segments(x, lengths, seed)
-        return idx, tf.gather(x, idx)
+        return idx, fusion_ops.gather(x, idx)
 
     def _overrides(self, cls, *names):
         """True if this object's class, a subclass of the built-in `cls`,
@@ -91,7 +92,7 @@ class Sparsifier(abc.ABC):
             idx = self.select_segments(x, lengths, seed)
         else:
             idx = Sparsifier.select_segments(self, x, lengths, seed)
-        return idx, tf.gather(x, idx)
+        return idx, fusion_ops.gather(x, idx)
 
     def config(self):
         return {}
@@ -168,7 +169,7 @@ class TopK(Sparsifier):
         if self.skip_zeros:
             nonzero = tf.cast(tf.not_equal(tf.reshape(x, [-1]), 0), tf.int64)
             count = tf.concat([tf.zeros([1], tf.int64), tf.cumsum(nonzero)], 0)
-            ks = tf.minimum(ks, tf.gather(count, offsets[1:]) - tf.gather(count, offsets[:-1]))
+            ks = tf.minimum(ks, fusion_ops.gather(count, offsets[1:]) - fusion_ops.gather(count, offsets[:-1]))
         return sparsify_ops.segmented_top_k(x, tf.constant(offsets), ks)
 
     def select_ratio(self, x, lengths, ratio):

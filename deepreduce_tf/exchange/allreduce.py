@@ -10,12 +10,12 @@ so this wire format has no header.
 """
 import tensorflow as tf
 
-from deepreduce_tf._checks import all_finite
-from deepreduce_tf.compressor import BucketContext
+from deepreduce_tf.compressor import bucket_record
 from deepreduce_tf.exchange.base import Communicator, Transfer
 from deepreduce_tf.exchange.endpoint import Outcome
 from deepreduce_tf.memory import Sent
 from deepreduce_tf.ops import codec_table
+from deepreduce_tf.ops import fusion as fusion_ops
 
 
 class Allreduce(Communicator):
@@ -61,14 +61,11 @@ class Allreduce(Communicator):
         """One replica's summable vectors of a prepared bucket: [values at the
         agreed positions in the wire dtype, the dense section]. Returns
         (vectors, positions, Outcome)."""
-        positions, sent, keep = None, None, None
+        positions, sent = None, None
         rest = prepared.rest
         if bucket.sparse_n:
             x = prepared.x
             with tf.control_dependencies(prepared.deps):
-                if exchange.nonfinite == "raise":
-                    x = all_finite(
-                        x, message=f"gradient {bucket.key!r} holds NaN or Inf (nonfinite='raise')")
                 wire_dtype = self.wire_dtype(exchange, bucket.dtype)
                 none = (tf.zeros([0], tf.int64), tf.zeros([0], bucket.dtype))
                 if exchange.sparsifier.dense:
@@ -77,17 +74,13 @@ class Allreduce(Communicator):
                 else:
                     positions = exchange.sparsifier.select_segments(x, bucket.lengths,
                                                                     prepared.seed)
-                    wire = tf.cast(tf.gather(x, positions), wire_dtype)
+                    wire = tf.cast(fusion_ops.gather(x, positions), wire_dtype)
                     sent = Sent(x, tf.cast(positions, tf.int64), tf.cast(wire, bucket.dtype))
-                # A step holding NaN/Inf still travels (the sum shows the
-                # overflow to loss scaling) but leaves the residual as it was:
-                # one bad step must not poison every later one.
-                keep = tf.logical_not(tf.reduce_all(tf.math.is_finite(x)))
         else:
             wire = tf.zeros([0], bucket.dtype)
         nbytes = tf.add_n([tf.size(v, out_type=tf.int64) * v.dtype.size for v in (wire, rest)])
-        ctx = BucketContext(bucket.key, bucket, bucket.dtype, bucket.n, bucket.nbytes, nbytes)
-        return [wire, rest], positions, Outcome(sent, keep, ctx)
+        ctx = bucket_record(bucket, nbytes)
+        return [wire, rest], positions, Outcome(sent, None, ctx)
 
     @staticmethod
     def decode_bucket(bucket, summed, positions):
@@ -96,8 +89,8 @@ class Allreduce(Communicator):
         if positions is None:
             sparse = tf.cast(wire, bucket.dtype)
         else:
-            sparse = tf.scatter_nd(tf.expand_dims(positions, 1), tf.cast(wire, bucket.dtype),
-                                   [bucket.sparse_n])
+            sparse = fusion_ops.scatter_sum(positions, tf.cast(wire, bucket.dtype),
+                                            bucket.sparse_n)
         return tf.concat([sparse, rest], 0) if bucket.dense_n else sparse
 
     def transfer(self, transport, exchanges, plan, prepared, keys):

@@ -29,14 +29,15 @@ import math
 import tensorflow as tf
 
 from deepreduce_tf import accounting
-from deepreduce_tf._checks import guarded
+from deepreduce_tf._checks import all_finite, guarded
 from deepreduce_tf._variables import StateVar, default_variable_factory, ensure_initialized
 from deepreduce_tf.compressor import (WARMUP_CHOICES, BatchContext, BucketContext, Compressor,
                                       Context, _graph_safe)
 from deepreduce_tf.memory import Memory, NoMemory
 
 Prepared = collections.namedtuple(
-    "Prepared", ["key", "x", "rest", "fits", "step", "seed", "warmup", "deps"])
+    "Prepared", ["key", "x", "rest", "fits", "step", "seed", "warmup", "deps", "nonfinite"],
+    defaults=(None,))
 Prepared.__doc__ = """One key's compensated input to an encoding.
 
 key: the memory and ledger key; x: the memory-compensated flat gradient (a
@@ -44,12 +45,16 @@ bucket's sparse section; None when the bucket has none); rest: a bucket's
 dense section (None for a tensor); fits: whether x fits the value codec
 (None when not computed); step: the key's step number (None when the key
 keeps no counter); seed: int64 scalar seed of this step; warmup: (in_warmup,
-ratio) or None; deps: the state's initialization ops (TF1 graphs)."""
+ratio) or None; deps: the state's initialization ops (TF1 graphs);
+nonfinite: a bool scalar, True when x holds NaN or Inf (None with
+nonfinite='raise', where such a step fails, or without x). The step's
+non-finite rules live in prepare() and commit(), for every communicator."""
 
 Outcome = collections.namedtuple("Outcome", ["sent", "keep", "ctx"])
 Outcome.__doc__ = """What one key's encoding sent: sent, the memory.Sent of
 what the receivers decode (None: nothing to remember); keep, a bool scalar
-(True: the step held NaN/Inf, leave the residual as it was) or None; ctx,
+(True: leave the residual as it was, beyond the step's own rule that a
+step holding NaN/Inf does; e.g. another worker's step did) or None; ctx,
 the context recorded in the byte ledger (None: nothing)."""
 
 
@@ -367,10 +372,27 @@ class Exchange(tf.Module):
                 x, fits = self.memory.compensate_within(x, key, self.value_limit(x.dtype))
             else:
                 x, fits = self.memory.compensate(x, key), None
+            x, nonfinite = self.nonfinite_rule(x, key, fits)
             step = self.advance(key) if counted else None
             seed = self.step_seed(key, step) if seeded else tf.constant(0, tf.int64)
             warmup = self.warmup_plan(step)
-        return Prepared(key, x, rest, fits, step, seed, warmup, deps)
+        return Prepared(key, x, rest, fits, step, seed, warmup, deps, nonfinite)
+
+    def nonfinite_rule(self, x, key, fits=None):
+        """The step's non-finite policy, for every communicator: with
+        nonfinite='raise' a compensated gradient holding NaN or Inf fails the
+        step (x comes back guarded by the check, and None); with 'dense' it
+        travels (the sum shows the overflow to loss scaling) and the bool
+        scalar returned tells commit() to leave the residual as it was: one
+        bad step must not poison every later one. fits (all values within
+        the codec's range, when known) spares the finiteness pass."""
+        if self.nonfinite == "raise":
+            return all_finite(x, message=f"gradient {key!r} holds NaN or Inf "
+                                         "(nonfinite='raise')"), None
+        if fits is None:
+            return x, tf.logical_not(tf.reduce_all(tf.math.is_finite(x)))
+        return x, tf.cond(fits, lambda: tf.constant(False),
+                          lambda: tf.logical_not(tf.reduce_all(tf.math.is_finite(x))))
 
     def prepare_bucket(self, bucket, flat, counts=None, within=True):
         """prepare() of a fused bucket's sparse section (its dense section
@@ -395,8 +417,11 @@ class Exchange(tf.Module):
         with tf.control_dependencies(prepared.deps):
             effects = []
             if outcome.sent is not None:
+                keep = [k for k in (prepared.nonfinite, outcome.keep) if k is not None]
+                keep = (None if not keep else keep[0] if len(keep) == 1
+                        else tf.logical_or(*keep))
                 effects.append(self.memory.update_sent(prepared.key, prepared.x, outcome.sent,
-                                                       keep=outcome.keep))
+                                                       keep=keep))
             effects += self.record(outcome.ctx)
         return [e for e in effects if e is not None]
 
@@ -407,13 +432,13 @@ class Exchange(tf.Module):
         comp = self.compressor
         if bucket.sparse_n:
             with tf.control_dependencies(prepared.deps):
-                enc, keep = comp.encode(prepared.x, bucket.key, prepared.seed, bucket.lengths,
-                                        prepared.warmup, prepared.fits)
+                enc = comp.encode(prepared.x, bucket.key, prepared.seed, bucket.lengths,
+                                  prepared.warmup, prepared.fits)
             sent = comp.sent(enc)
         else:
-            enc, keep, sent = comp.encode_empty(bucket.dtype), None, None
+            enc, sent = comp.encode_empty(bucket.dtype), None
         payload, ctx = comp.bucket_payload(bucket, enc, prepared.rest)
-        return payload, Outcome(sent, keep, ctx)
+        return payload, Outcome(sent, None, ctx)
 
     def encode_batch(self, plan, prepared):
         """Prepared buckets -> (payload, BatchContext, outcomes, container):
@@ -470,10 +495,10 @@ class Exchange(tf.Module):
         (x,) = self.clip([x])
         prep = self.prepare(key, x, *self.counts())
         with tf.control_dependencies(prep.deps):
-            enc, keep = comp.encode(prep.x, key, prep.seed, warmup=prep.warmup, fits=prep.fits)
+            enc = comp.encode(prep.x, key, prep.seed, warmup=prep.warmup, fits=prep.fits)
             payload = comp.tensor_payload(enc, x.dtype, n, identity)
             ctx = comp.context(key, tensor, False, payload)
-        return guarded(payload, *self.commit(prep, Outcome(comp.sent(enc), keep, ctx))), ctx
+        return guarded(payload, *self.commit(prep, Outcome(comp.sent(enc), None, ctx))), ctx
 
     @_graph_safe
     def compress_bucket(self, bucket, flat):

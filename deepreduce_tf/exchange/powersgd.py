@@ -32,11 +32,11 @@ and workers stay bit-identical. Factors are computed and travel in float32
 import numpy as np
 import tensorflow as tf
 
-from deepreduce_tf._checks import all_finite, guarded
+from deepreduce_tf._checks import guarded
 from deepreduce_tf._variables import StateVar, ensure_initialized
 from deepreduce_tf.accounting import ring_received
 from deepreduce_tf.codecs.base import Param
-from deepreduce_tf.compressor import BucketContext, _key_seed
+from deepreduce_tf.compressor import _key_seed, bucket_record
 from deepreduce_tf.exchange.base import Communicator, Transfer
 from deepreduce_tf.exchange.endpoint import Outcome
 from deepreduce_tf.memory import Sent
@@ -211,20 +211,15 @@ class PowerSGD(Communicator):
         xs, flags, raw = [], [], []
         for ex, device, preps in zip(exchanges, transport.devices, prepared):
             with tf.device(device):
-                mine, finite = [], []
+                mine, bad_here = [], []
                 for bucket, prep in zip(plan.buckets, preps):
                     if not bucket.sparse_n:
                         mine.append(None)
                         continue
-                    x = prep.x
-                    if ex.nonfinite == "raise":
-                        x = all_finite(
-                            x, message=f"gradient {bucket.key!r} holds NaN or Inf "
-                                       "(nonfinite='raise')")
-                    mine.append(x)
-                    finite.append(tf.reduce_all(tf.math.is_finite(x)))
-                bad = (tf.logical_not(tf.reduce_all(tf.stack(finite))) if finite
-                       else tf.constant(False))
+                    mine.append(prep.x)
+                    if prep.nonfinite is not None:  # the step's rule (Exchange.prepare)
+                        bad_here.append(prep.nonfinite)
+                bad = tf.reduce_any(tf.stack(bad_here)) if bad_here else tf.constant(False)
                 flags.append(tf.reshape(tf.cast(bad, tf.float32), [1]))
                 xs.append(mine)
                 raw.append([p.rest for p in preps])
@@ -368,8 +363,7 @@ class PowerSGD(Communicator):
                             parts.append(next(residuals))
                     nbytes = tf.where(uncompressed, tf.constant(full, tf.int64),
                                       tf.constant(low, tf.int64))
-                    ctx = BucketContext(bucket.key, bucket, bucket.dtype, bucket.n,
-                                        bucket.nbytes, nbytes)
+                    ctx = bucket_record(bucket, nbytes)
                     if not bucket.sparse_n:
                         outs.append(Outcome(None, None, ctx))
                         continue

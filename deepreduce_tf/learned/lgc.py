@@ -36,11 +36,11 @@ import zlib
 import numpy as np
 import tensorflow as tf
 
-from deepreduce_tf._checks import all_finite, check, guarded
+from deepreduce_tf._checks import check, guarded
 from deepreduce_tf._variables import StateVar, ensure_initialized
 from deepreduce_tf.accounting import ring_received
 from deepreduce_tf.codecs.base import Param
-from deepreduce_tf.compressor import BucketContext, Compressor
+from deepreduce_tf.compressor import Compressor, bucket_record
 from deepreduce_tf.exchange.allgather import Allgather
 from deepreduce_tf.exchange.allreduce import Allreduce
 from deepreduce_tf.exchange.base import Communicator, Transfer
@@ -48,6 +48,7 @@ from deepreduce_tf.exchange.endpoint import Exchange, Outcome
 from deepreduce_tf.learned.autoencoder import (Autoencoder, latent_length, parse_channels,
                                                polyphase_init)
 from deepreduce_tf.memory import Sent
+from deepreduce_tf.ops import fusion as fusion_ops
 from deepreduce_tf.ops import payload as payload_ops
 from deepreduce_tf.ops import sparsify as sparsify_ops
 from deepreduce_tf.sparsifiers import make_sparsifier
@@ -241,7 +242,7 @@ class _Lgc(Communicator):
         idx = comp.sparsifier.select_segments(x, bucket.lengths, exchange)
         enc = comp.index_codec.encode(tf.cast(idx, tf.int64), bucket.sparse_n)
         positions = tf.cast(idx if enc.positions is None else enc.positions, tf.int64)
-        values = tf.gather(tf.cast(x, tf.float32), positions)
+        values = fusion_ops.gather(tf.cast(x, tf.float32), positions)
         scale = tf.sqrt(tf.reduce_mean(tf.square(values)))
         scale = tf.where(tf.logical_and(tf.math.is_finite(scale), scale > 0), scale, 1.0)
         bits = tf.cast(tf.bitcast(scale, tf.uint32), tf.int64)
@@ -295,8 +296,7 @@ class _Lgc(Communicator):
                 got = self.reduced(transport, rests[0])
                 for r, rest in enumerate(rests):
                     nbytes = tf.size(rest[0], out_type=tf.int64) * rest[0].dtype.size
-                    outcomes[r].append(Outcome(None, None, BucketContext(
-                        key, bucket, bucket.dtype, bucket.n, bucket.nbytes, nbytes)))
+                    outcomes[r].append(Outcome(None, None, bucket_record(bucket, nbytes)))
                     received[r].append((f"lgc/{key}", got))
                 sums.append(total)
                 continue
@@ -344,14 +344,7 @@ class _Lgc(Communicator):
             counter = self._counter(head, state, key)
             with tf.control_dependencies(ensure_initialized([counter] + ae.variables_all)):
                 exchange = tf.identity(counter.assign_add(1))
-        xs = []
-        for ex, device, prep in zip(exchanges, transport.devices, prepared):
-            with tf.device(device):
-                x = prep.x
-                if ex.nonfinite == "raise":
-                    x = all_finite(
-                        x, message=f"gradient {key!r} holds NaN or Inf (nonfinite='raise')")
-                xs.append(x)
+        xs = [prep.x for prep in prepared]
         # Round A: the leader's positions and scale.
         sent_a = []
         for ex, device, x, rank in zip(exchanges, transport.devices, xs, ranks):
@@ -368,7 +361,7 @@ class _Lgc(Communicator):
         values = []
         for device, x in zip(transport.devices, xs):
             with tf.device(device):
-                values.append(tf.gather(x, positions))
+                values.append(fusion_ops.gather(x, positions))
         phase3 = exchange > self.warmup_steps + self.train_steps
         training = tf.logical_and(exchange > self.warmup_steps, tf.logical_not(phase3))
         first3 = tf.equal(exchange, self.warmup_steps + self.train_steps + 1)
@@ -383,8 +376,7 @@ class _Lgc(Communicator):
                 key, bucket, k)
         with tf.device(transport.reduce_device):
             loss = self._maybe_train(ae, training, data, k)
-            sparse = tf.scatter_nd(tf.expand_dims(positions, 1), tf.cast(total, bucket.dtype),
-                                   [n])
+            sparse = fusion_ops.scatter_sum(positions, tf.cast(total, bucket.dtype), n)
         rests = [[prep.rest] for prep in prepared]
         if bucket.dense_n:
             (rest,) = transport.all_reduce(rests)
@@ -395,7 +387,6 @@ class _Lgc(Communicator):
         for i, (device, x, rank) in enumerate(zip(transport.devices, xs, ranks)):
             with tf.device(device):
                 contribution = tf.cast(mine[i], bucket.dtype)
-                keep = tf.logical_not(tf.reduce_all(tf.math.is_finite(x)))
                 rest_bytes = tf.size(rests[i][0], out_type=tf.int64) * bucket.dtype.size
                 nbytes = tf.size(sent_a[i], out_type=tf.int64) + sent_b[i] + rest_bytes
                 got = (everyone_a - tf.size(sent_a[i], out_type=tf.int64) + received_b[i]
@@ -404,9 +395,8 @@ class _Lgc(Communicator):
                     nbytes += sync_bytes
                 else:
                     got += sync_bytes
-                outcomes.append(Outcome(Sent(x, positions, contribution), keep,
-                                        BucketContext(key, bucket, bucket.dtype, bucket.n,
-                                                      bucket.nbytes, nbytes)))
+                outcomes.append(Outcome(Sent(x, positions, contribution), None,
+                                        bucket_record(bucket, nbytes)))
                 gots.append(got)
         return guarded(out, loss, *transport.effects), outcomes, gots
 
@@ -497,7 +487,7 @@ class LgcPS(_Lgc):
     def _innovation_mask(self, v, recon, k):
         m = self._innovation_count(k)
         _, idx = tf.math.top_k(tf.abs(v - recon), m)
-        return tf.scatter_nd(tf.expand_dims(idx, 1), tf.ones([m], tf.bool), [k])
+        return fusion_ops.scatter_sum(tf.cast(idx, tf.int64), tf.ones([m], tf.float32), k) > 0
 
     def _round_b(self, transport, exs, values, ranks, ae, scale, phase3, exchange,
                  config, key, bucket, k):

@@ -185,6 +185,14 @@ def scatter_sum(positions, values, n, tail=None, name=None):
     return _loader.load().deep_reduce_scatter_sum(positions, values, tail, n=int(n), name=name)
 
 
+def gather(x, positions, name=None):
+    """x[positions] (positions: an int32/int64 vector, every entry in
+    [0, len(x))): the one place the exchange gathers by position, on the
+    kernel of the tensors' device (TensorFlow's gather has CPU and GPU
+    kernels, which every caller gets by coming here)."""
+    return tf.gather(x, positions, name=name)
+
+
 def scatter_subtract(rest, positions, values, name=None):
     """rest with values[i] subtracted at positions[i], in order (rest's
     buffer is reused when nothing else holds it).

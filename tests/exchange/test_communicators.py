@@ -252,3 +252,73 @@ def test_repr_says_what_the_object_is():
     ex = dr.from_params({"compressor": "powersgd", "rank": 2})
     assert repr(ex).startswith("Exchange(Compressor(") and "PowerSGD(rank=2" in repr(ex)
     assert repr(ex.compressor).startswith("Compressor(")
+
+
+COMMUNICATOR_PARAMS = {
+    "allgather": {"compressor": "topk", "compress_ratio": 0.05, "deepreduce": "both",
+                  "index": "golomb", "value": "qsgd", "bits": 7},
+    "allreduce": {"compressor": "randomk", "compress_ratio": 0.1, "communicator": "allreduce"},
+    "powersgd": {"compressor": "powersgd", "rank": 2},
+    "lgc_ps": {"compressor": "topk", "compress_ratio": 0.05, "communicator": "lgc_ps",
+               "lgc_warmup_steps": 1, "lgc_train_steps": 1, "lgc_channels": "4,8,16,32"},
+    "lgc_rar": {"compressor": "topk", "compress_ratio": 0.05, "communicator": "lgc_rar",
+                "lgc_warmup_steps": 1, "lgc_train_steps": 1, "lgc_channels": "4,8,16,32"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(COMMUNICATOR_PARAMS))
+def test_the_nonfinite_rules_hold_for_every_communicator(rng, name):
+    """The step's non-finite policy is one rule (Exchange.prepare / commit):
+    'raise' fails a step holding NaN with a message naming the tensor and the
+    policy; 'dense' lets it travel but leaves the residual of the worker whose
+    step held it as it was (PowerSGD: every worker's), all of them finite."""
+    params = dict(COMMUNICATOR_PARAMS[name], memory="residual", min_size=16)
+    good = [rng.normal(size=(64, 48)).astype(np.float32) for _ in range(2)]
+    bad = [g.copy() for g in good]
+    bad[1][3, 5] = np.nan
+    workers = [dr.from_params(dict(params, nonfinite="raise")) for _ in range(2)]
+    with pytest.raises(tf.errors.InvalidArgumentError, match="nonfinite='raise'"):
+        communicators.exchange_locally(workers, [tf.constant(g) for g in bad], name="w")
+    workers = [dr.from_params(params) for _ in range(2)]
+    communicators.exchange_locally(workers, [tf.constant(g) for g in good], name="w")
+    before = [[v.numpy() for v in w.memory.residuals.values()] for w in workers]
+    out, _ = communicators.exchange_locally(workers, [tf.constant(g) for g in bad], name="w")
+    if name in ("allgather", "powersgd"):  # they send such a step dense: the sum shows it
+        assert not np.isfinite(out[0].numpy()).all()
+    after = [[v.numpy() for v in w.memory.residuals.values()] for w in workers]
+    for x, y in zip(before[1], after[1]):  # the worker whose step held NaN
+        np.testing.assert_array_equal(x, y)
+    assert all(np.isfinite(y).all() for a in after for y in a)
+
+
+def test_each_rule_of_the_step_is_written_once():
+    """The step's rules live in one place each (Exchange.prepare / commit,
+    compressor.bucket_record), not in every communicator."""
+    import pathlib
+
+    root = pathlib.Path(dr.__file__).parent
+    text = {p: p.read_text() for p in root.rglob("*.py")}
+
+    def count(needle):
+        return sum(t.count(needle) for t in text.values())
+
+    assert count('nonfinite == "raise"') == 1
+    assert count("BucketContext(") == 1  # compressor.bucket_record
+    # "keep the residual on a non-finite step": Exchange.nonfinite_rule (its two cases)
+    assert count("tf.logical_not(tf.reduce_all(tf.math.is_finite(") == 2
+    assert count("setattr(self, name") == 0  # state is declared, not attached
+
+
+def test_the_kernel_is_chosen_in_one_place():
+    """exchange/, learned/, the compressor, memory and sparsifiers gather and
+    scatter through the op wrappers (deepreduce_tf.ops), which choose the
+    kernel for the replica's device; none calls TensorFlow's directly."""
+    import pathlib
+
+    root = pathlib.Path(dr.__file__).parent
+    for path in root.rglob("*.py"):
+        if path.parent.name == "ops":
+            continue
+        text = path.read_text()
+        for call in ("tf.scatter_nd", "tf.gather(", "tf.tensor_scatter_nd"):
+            assert call not in text, f"{path.relative_to(root)} calls {call} directly"
