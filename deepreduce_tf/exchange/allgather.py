@@ -14,6 +14,7 @@ from deepreduce_tf.exchange.base import Communicator, Transfer
 
 class Allgather(Communicator):
     name = "allgather"
+    travels = "gathered bytes: one batch payload per replica (sparsifier + index and value codecs)"
     checks_range = True
 
     @staticmethod

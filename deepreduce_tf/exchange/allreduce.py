@@ -20,6 +20,8 @@ from deepreduce_tf.ops import fusion as fusion_ops
 
 class Allreduce(Communicator):
     name = "allreduce"
+    travels = ("summed vectors: per bucket its values at the positions every replica shares "
+               "(wire dtype) and its dense section")
     additive = True
 
     # value codec -> the dtype its summable values travel in (None: the

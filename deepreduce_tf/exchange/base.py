@@ -46,6 +46,9 @@ class Communicator(abc.ABC):
     """Decides what travels; the step around it is written here once."""
 
     name = None
+    # What travels, declared (docs, repr, the cost model's reader): which
+    # collectives a step runs and what each carries.
+    travels = None
     # True if payloads are summed element-wise by the transport.
     additive = False
     # True: prepare() also checks that the compensated values fit the value

@@ -91,6 +91,8 @@ class PowerSGD(Communicator):
     """Low-rank compression whose factors all-reduce (module docstring)."""
 
     name = "powersgd"
+    travels = ("rounds of summed vectors: the uncompressed tensors and a non-finite flag, then "
+               "the factors P, then the factors Q")
     additive = True
     PARAMS = PARAMS
 
@@ -127,28 +129,19 @@ class PowerSGD(Communicator):
             raise ValueError("communicator 'powersgd': " + "; ".join(problems))
 
     def counts(self, exchange):
-        return False, False  # its step counter is its own (in its state)
+        return True, False  # the step's counters (start_iter); no seed
 
     # ------------------------------------------------------------ state
     def state_vars(self):
-        out = (StateVar("powersgd_steps", "int64", "[]", "exchange"),)
-        if self.warm_start:
-            out += (StateVar("powersgd_q", "float32", "[m, rank]", "matrix"),)
-        return out
+        if not self.warm_start:
+            return ()
+        return (StateVar("powersgd_q", "float32", "[m, rank]", "matrix"),)
 
     def make_state(self, exchange):
+        if not self.warm_start:
+            return None
         state = tf.Module(name="powersgd")
-        state.steps = None
         state.q = {}
-        return state
-
-    @staticmethod
-    def _state(exchange):
-        state = exchange.communicator_state
-        if state.steps is None:
-            with tf.init_scope():
-                state.steps = exchange.variable_factory(tf.constant(0, tf.int64),
-                                                        "powersgd_steps")
         return state
 
     def _initial_q(self, key, m, step=None):
@@ -197,15 +190,10 @@ class PowerSGD(Communicator):
     # ------------------------------------------------------------ the step
     def transfer(self, transport, exchanges, plan, prepared, keys):
         layout = self._layout(plan)
-        states = []
-        for ex, device in zip(exchanges, transport.devices):
-            with tf.device(device):
-                states.append(self._state(ex))
-        steps = []
-        for state, device in zip(states, transport.devices):
-            with tf.device(device), tf.control_dependencies(ensure_initialized([state.steps])):
-                steps.append(state.steps.assign_add(1))
-        step = steps[0]  # the same on every replica
+        states = [ex.communicator_state for ex in exchanges]
+        # The step's counters (Exchange.prepare), the same on every replica.
+        steps = [p.step for p in prepared[0] if p.step is not None]
+        step = steps[0] if steps else tf.constant(0, tf.int64)
 
         # Per replica: its compensated members, and whether any is not finite.
         xs, flags, raw = [], [], []

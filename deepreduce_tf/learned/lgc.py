@@ -148,9 +148,9 @@ class _Lgc(Communicator):
         if exchange.index_codec.name == "bloom" and policy == "p0":
             problems.append("Bloom policy p0 decodes false positives (more than K positions); "
                             "use another policy or a lossless index codec")
-        if exchange.warmup_steps or exchange.clip_norm is not None:
-            problems.append("warmup_steps and clip_norm belong to the all-gather exchange "
-                            "(LGC has its own warm-up: lgc_warmup_steps)")
+        if exchange.warmup_steps:  # clipping is the step's, as for every communicator
+            problems.append("warmup_steps is the all-gather exchange's (LGC has its own "
+                            "warm-up: lgc_warmup_steps)")
         problems += self._check_values(exchange)
         if problems:
             raise ValueError(f"communicator {self.name!r}: " + "; ".join(problems))
@@ -160,19 +160,18 @@ class _Lgc(Communicator):
 
     # ------------------------------------------------------------ state
     def counts(self, exchange):
-        # LGC counts its exchanges itself (one counter per bucket, in its state).
-        return False, False
+        # The step's counters (Exchange.prepare) number the exchanges of each
+        # bucket: LGC's phases; no seed.
+        return True, False
 
     def state_vars(self):
         return (StateVar("autoencoder", "float32", "its weights and Adam slots", "exchange"),
-                StateVar("lgc_exchanges", "int64", "[]", "bucket"),
                 StateVar("lgc_signature", "int64", "[]", "exchange"),
                 StateVar("step", "int64", "[]", "bucket"))  # the helper codecs' seeds
 
     def make_state(self, exchange):
         state = tf.Module(name="lgc")
         state.autoencoder = None
-        state.exchanges = {}
         state.signature = None
         state.codecs = None
         return state
@@ -197,14 +196,6 @@ class _Lgc(Communicator):
                              f"{state.autoencoder.num_decoders} decoders, made for another "
                              f"number of replicas than {num_replicas}")
         return state
-
-    def _counter(self, comp, state, key):
-        var = state.exchanges.get(key)
-        if var is None:
-            with tf.init_scope():
-                var = comp.variable_factory(tf.constant(0, tf.int64), "lgc_exchanges")
-            state.exchanges[key] = var
-        return var
 
     def _helpers(self, comp, k):
         """Per-replica helper exchanges: the value codec over dense vectors
@@ -341,9 +332,9 @@ class _Lgc(Communicator):
             k = int(sum(sparsify_ops.segment_ks(bucket.lengths, ratio)))
         config = self._config_id(key, bucket, k, head)
         with tf.device(transport.reduce_device):
-            counter = self._counter(head, state, key)
-            with tf.control_dependencies(ensure_initialized([counter] + ae.variables_all)):
-                exchange = tf.identity(counter.assign_add(1))
+            # The bucket's exchange number: the step's counter (Exchange.prepare).
+            with tf.control_dependencies(ensure_initialized(ae.variables_all)):
+                exchange = tf.identity(prepared[0].step)
         xs = [prep.x for prep in prepared]
         # Round A: the leader's positions and scale.
         sent_a = []
@@ -447,6 +438,9 @@ class LgcPS(_Lgc):
     """LGC, parameter-server variant (see the module docstring)."""
 
     name = "lgc_ps"
+    travels = ("gathered bytes: the leader's positions and scale, then per replica its values "
+               "(phases 1-2) or the leader's latent and every replica's innovation (phase 3); "
+               "the dense sections summed")
     default_activation = "leaky_relu"
     per_node_decoders = True
 
@@ -571,6 +565,9 @@ class LgcRAR(_Lgc):
     """LGC, ring-all-reduce variant (see the module docstring)."""
 
     name = "lgc_rar"
+    travels = ("gathered bytes, then summed vectors: the leader's positions and scale, then per "
+               "replica its values (phases 1-2) or the sum of the latents (phase 3); the dense "
+               "sections summed")
     default_activation = "linear"
 
     def _check_values(self, ex):

@@ -94,7 +94,8 @@ def main():
         lgc = ops.compressors[0].communicator_state
         lgc_state = {"lgc_weights": lgc.autoencoder.flat_weights().numpy(),
                      "lgc_adam_t": int(lgc.autoencoder.adam_t.numpy()),
-                     "lgc_exchanges": [int(v.numpy()) for v in lgc.exchanges.values()]}
+                     "lgc_exchanges": [int(v.numpy())
+                                       for v in ops.compressors[0].steps.values()]}
     step_bytes = ops.step_bytes()
     totals = ops.totals()
     np.savez(spec["out"], *weights, losses=np.array(losses),
