@@ -73,6 +73,7 @@ from deepreduce_tf._checks import check, guarded
 from deepreduce_tf.codecs import index as index_codecs
 from deepreduce_tf.codecs import value as value_codecs
 from deepreduce_tf.memory import Sent
+from deepreduce_tf.ops import codec_table
 from deepreduce_tf.ops import fusion as fusion_ops
 from deepreduce_tf.ops import payload as payload_ops
 from deepreduce_tf.sparsifiers import Sparsifier
@@ -125,6 +126,12 @@ and payload bytes (int64 scalar tensor)."""
 
 BatchContext.__doc__ = """What compress_batch() keeps locally: the fusion
 plan and one BucketContext per bucket."""
+
+
+# value codec -> the dtype its summable values travel in (None: the
+# gradient's own): the codec table's wire_dtype column.
+SUMMABLE_WIRE_DTYPES = {name: None if dtype == "gradient" else tf.as_dtype(dtype)
+                        for name, dtype in codec_table.wire_dtypes().items()}
 
 
 def bucket_record(bucket, payload_bytes):
@@ -487,6 +494,54 @@ class Compressor:
     def sent(enc):
         """What receivers decode of an encoding, as error feedback needs it."""
         return Sent(enc.rest, enc.positions, enc.values)
+
+    # ------------------------------------------------- the summable encoding
+    def summable_problems(self):
+        """Why this compressor's payloads cannot be summed element by element
+        by an all-reduce ([] if they can): positions every worker agrees on
+        (sparsifier 'none', or 'randomk', whose positions follow the shared
+        per-step seed), no index codec, values that add in a wire dtype."""
+        problems = []
+        if not self.sparsifier.data_independent:
+            problems.append(f"compressor {self.sparsifier.name!r} picks different positions "
+                            "on every worker (use 'none' or 'randomk')")
+        if self.index_codec.name != "raw":
+            problems.append(f"index codec {self.index_codec.name!r} writes bytes, which cannot "
+                            "be summed (use deepreduce None or 'value')")
+        if not self.value_codec.additive:
+            problems.append(f"value codec {self.value_codec.name!r} is not additive (use raw, "
+                            "fp16 or bf16)")
+        elif self.value_codec.name not in SUMMABLE_WIRE_DTYPES:
+            problems.append(f"value codec {self.value_codec.name!r} is summable but has no wire "
+                            f"dtype here (use {', '.join(SUMMABLE_WIRE_DTYPES)})")
+        return problems
+
+    def wire_dtype(self, dtype):
+        """The dtype summable values of a `dtype` gradient travel in."""
+        return SUMMABLE_WIRE_DTYPES[self.value_codec.name] or dtype
+
+    def encode_summable(self, x, seed, lengths):
+        """A compensated flat vector -> (wire, positions, Sent): its values at
+        the positions every worker shares (all of them for sparsifier 'none':
+        positions None), in the wire dtype, to be summed element by element;
+        the memory.Sent of what the receivers decode of it."""
+        dtype = x.dtype
+        wire_dtype = self.wire_dtype(dtype)
+        none = (tf.zeros([0], tf.int64), tf.zeros([0], dtype))
+        if self.sparsifier.dense:
+            wire = tf.cast(x, wire_dtype)
+            return wire, None, Sent(x - tf.cast(wire, dtype), *none)
+        positions = tf.cast(self.sparsifier.select_segments(x, lengths, seed), tf.int64)
+        wire = tf.cast(fusion_ops.gather(x, positions), wire_dtype)
+        return wire, positions, Sent(x, positions, tf.cast(wire, dtype))
+
+    @staticmethod
+    def decode_summable(wire_sum, positions, n, dtype):
+        """The sum of the workers' encode_summable() wires -> the flat [n]
+        vector in `dtype` (scattered at the shared positions)."""
+        if positions is None:
+            return tf.cast(wire_sum, dtype)
+        return fusion_ops.scatter_sum(positions, tf.cast(wire_sum, dtype), n)
 
     def _decode_sparse(self, meta, sections, n, dtype):
         if self.sparsifier.dense:

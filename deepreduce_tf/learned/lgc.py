@@ -40,9 +40,8 @@ from deepreduce_tf._checks import check, guarded
 from deepreduce_tf._variables import StateVar, ensure_initialized
 from deepreduce_tf.accounting import ring_received
 from deepreduce_tf.codecs.base import Param
-from deepreduce_tf.compressor import Compressor, bucket_record
+from deepreduce_tf.compressor import SUMMABLE_WIRE_DTYPES, Compressor, bucket_record
 from deepreduce_tf.exchange.allgather import Allgather
-from deepreduce_tf.exchange.allreduce import Allreduce
 from deepreduce_tf.exchange.base import Communicator, Transfer
 from deepreduce_tf.exchange.endpoint import Exchange, Outcome
 from deepreduce_tf.learned.autoencoder import (Autoencoder, latent_length, parse_channels,
@@ -572,7 +571,7 @@ class LgcRAR(_Lgc):
 
     def _check_values(self, ex):
         vc = ex.value_codec
-        if vc.name not in Allreduce.WIRE_DTYPES:
+        if vc.name not in SUMMABLE_WIRE_DTYPES:
             return [f"latents are summed by an all-reduce, so the value codec must be additive "
                     f"(raw, fp16 or bf16), got {vc.name!r}"]
         return []
@@ -584,7 +583,7 @@ class LgcRAR(_Lgc):
 
     def _round_b(self, transport, exs, values, ranks, ae, scale, phase3, exchange,
                  config, key, bucket, k):
-        wire = Allreduce.wire_dtype(exs[0], tf.float32)
+        wire = exs[0].compressor.wire_dtype(tf.float32)
 
         def early():
             sent = [tf.cast(tf.cast(v, tf.float32), wire) for v in values]
