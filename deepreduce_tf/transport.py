@@ -131,7 +131,18 @@ class LocalTransport(Transport):
     """Every replica of the group is on a device of this process."""
 
     def __init__(self, devices):
-        super().__init__(devices, len(devices), first_rank=0)
+        super().__init__(devices, len(devices))
+
+    @property
+    def first_rank(self):
+        """0: every replica of the group is here (None if a subclass drives
+        only some of them)."""
+        return 0 if len(self.devices) == self.num_replicas else None
+
+    @first_rank.setter
+    def first_rank(self, value):
+        if value is not None:
+            raise AttributeError("a LocalTransport's replicas are numbered from 0")
 
     def all_gather(self, payloads, key=None):
         payloads = list(payloads)

@@ -280,10 +280,12 @@ def test_bad_configurations_fail_at_construction():
         drd.DeepReduceCrossDeviceOps({"compressor": "topk", "communicator": "allreduce"})
     with pytest.raises(ValueError, match="unknown parameter 'fpp'"):
         drd.DeepReduceCrossDeviceOps({"compressor": "topk", "fpp": 0.1})
-    hand_made = deepreduce_tf.Compressor(deepreduce_tf.sparsifiers.make_sparsifier("none"))
-    with pytest.raises(TypeError, match="one compressor per replica"):
+    hand_made = deepreduce_tf.make_exchange(deepreduce_tf.sparsifiers.make_sparsifier("none"))
+    with pytest.raises(TypeError, match="one exchange per replica"):
         drd.DeepReduceCrossDeviceOps(hand_made)
-    with pytest.raises(TypeError, match="not a deepreduce_tf.Compressor"):
+    with pytest.raises(TypeError, match="an Exchange or a factory"):
+        drd.DeepReduceCrossDeviceOps(hand_made.compressor)  # the stateless compressor alone
+    with pytest.raises(TypeError, match="not a deepreduce_tf.Exchange"):
         drd.DeepReduceCrossDeviceOps(lambda vf: "no")
     with pytest.raises(TypeError, match="MultiWorkerMirroredStrategy"):
         drd.install(tf.distribute.MirroredStrategy(DEVICES), BOTH)
