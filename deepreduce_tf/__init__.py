@@ -75,5 +75,5 @@ __all__ = ["__version__", "accounting", "bloom", "build_info", "built_tf_version
            "ByteLedger", "codecs", "communicators", "compressor", "Compressor", "Context",
            "cuda_built", "exchange", "Exchange",
            "fusion", "transport",
-           "from_params", "index", "make_exchange", "memory", "OpLibraryError", "payload", "sparsifiers",
-           "sparsify", "state", "value"]
+           "from_params", "index", "make_exchange", "memory", "OpLibraryError", "payload",
+           "sparsifiers", "sparsify", "state", "value"]

@@ -14,8 +14,9 @@ communicator, the exchange, a codec, the ledger) declares it when it is built.
 name: the variable's name in checkpoints; dtype: its dtype ('gradient': the
 gradient's own); shape: its shape, or how the model decides it (e.g. 'the
 bucket's sparse section', '[m, rank]'); per: how many there are ('exchange':
-one per replica; 'bucket': one per fused bucket; 'matrix': one per
-compressed matrix; 'codec': the codec's own). The variables themselves are
+one per replica; 'process': one per process, on its first replica's
+exchange; 'bucket': one per fused bucket; 'matrix': one per compressed
+matrix; 'codec': the codec's own). The variables themselves are
 created on the first step, when the model's shapes are known: a declaration
 says what a checkpoint must hold (deepreduce_tf.distribute warns when
 nothing saves it) before any exists."""

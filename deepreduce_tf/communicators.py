@@ -77,7 +77,7 @@ class _RecordingTransport(LocalTransport):
 
 def exchange_locally(exchanges, tensors, name=None, average=False):
     """One reduction of one tensor among len(exchanges) simulated workers in
-    one process (the current device), through the real step
+    one process (on the tensors' device), through the real step
     (Communicator.step: prepare, transfer, commit, finish) of
     exchanges[0].communicator, every communicator included.
 
@@ -86,7 +86,10 @@ def exchange_locally(exchanges, tensors, name=None, average=False):
     (bit-identical by construction) and, per worker, the list of tensors it
     handed the transport, in order (all-gather: its batch payload, decoded
     by decompress_batch with receiver_batch_context; all-reduce: its
-    summable vectors).
+    summable vectors). In eager mode only what the step ran is listed (a
+    branch not taken hands nothing); inside a tf.function, tensors handed
+    inside a branch (PowerSGD's low-rank rounds, LGC's phases) cannot leave
+    it: return the results only.
     """
     exchanges, tensors = list(exchanges), list(tensors)
     if len(exchanges) != len(tensors) or not exchanges:

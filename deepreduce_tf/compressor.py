@@ -2,7 +2,7 @@
 
     compressor = Compressor(sparsifiers.TopK(0.01), codecs.index.GolombIndex())
     enc = compressor.encode(x, key, seed)            # x: the compensated gradient
-    payload = compressor.tensor_payload(enc, x, identity)
+    payload = compressor.tensor_payload(enc, x.dtype, n, identity)
     ...payload travels...
     total = sum(compressor.decompress(p, ctx) for p in gathered)
 
@@ -62,6 +62,9 @@ residual. Non-finite gradients: by default (nonfinite='dense') a tensor that
 holds NaN or Inf is sent dense, bit for bit, so that mixed-precision loss
 scaling sees the overflow and skips the step; its residual is left unchanged.
 nonfinite='raise' raises InvalidArgumentError naming the variable instead.
+The compressor carries the policy; the step applies it
+(Exchange.nonfinite_rule, for every communicator): encode() itself sends a
+non-finite x dense and checks nothing.
 """
 import collections
 import zlib
@@ -210,7 +213,8 @@ class Compressor:
       index_codec: a codecs.index.IndexCodec (default raw int32 positions).
       value_codec: a codecs.value.ValueCodec (default raw values).
       min_size: tensors with fewer elements travel dense (default 1024).
-      nonfinite: 'dense' (default) or 'raise', see the module docstring.
+      nonfinite: 'dense' (default) or 'raise', see the module docstring (the
+        policy the exchange's step applies).
       seed: base seed of randomk positions and QSGD rounding; the per-step
         seed is derived from it, the key and a per-key step counter held by
         the exchange, identical on every worker.
@@ -906,7 +910,7 @@ class Compressor:
                          ctx.dtype)
         if vc.sorting:
             perm = payload_ops.perm_decode(psec, count)
-            values = fusion_ops.gather(values, tf.math.invert_permutation(perm))
+            values = fusion_ops.unpermute(values, perm)
         values = tf.reshape(values, [-1] + ctx.dense_shape[1:].as_list())
         return tf.IndexedSlices(values, rows,
                                 tf.constant(ctx.dense_shape.as_list(), tf.int64))

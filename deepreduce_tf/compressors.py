@@ -26,7 +26,7 @@ def make_exchange(sparsifier, index_codec=None, value_codec=None, memory=None,
                   communicator=None, min_size=DEFAULT_MIN_SIZE, nonfinite="dense", seed=0,
                   ledger="default", variable_factory=None, name=None,
                   bucket_cap_mb=fusion.DEFAULT_BUCKET_CAP_MB, warmup_steps=0, warmup="dense",
-                  clip_norm=None):
+                  clip_norm=None, hierarchical=True):
     """sparsifier + index codec + value codec, with memory and a communicator
     (default all-gather): an exchange.Exchange around a stateless
     compressor.Compressor. The arguments are those of both (see there)."""
@@ -35,7 +35,7 @@ def make_exchange(sparsifier, index_codec=None, value_codec=None, memory=None,
                                nonfinite=nonfinite, seed=seed, bucket_cap_mb=bucket_cap_mb),
         memory=memory, communicator=communicator if communicator is not None else Allgather(),
         ledger=ledger, variable_factory=variable_factory, warmup_steps=warmup_steps,
-        warmup=warmup, clip_norm=clip_norm, name=name)
+        warmup=warmup, clip_norm=clip_norm, name=name, hierarchical=hierarchical)
 
 
 __all__ = ["BATCH_FIELDS", "BUCKET_FIELDS", "BUCKET_SECTIONS", "DEFAULT_MIN_SIZE", "DTYPE_CODES",

@@ -208,7 +208,8 @@ class _Builder:
 def _lossless_dense(compressor):
     """True for a configuration that sends every value as it is (PowerSGD
     without memory is not: its factors are compressed)."""
-    return (type(compressor.communicator) is Allgather and compressor.sparsifier.dense and compressor.index_codec.name == "raw"
+    return (type(compressor.communicator) is Allgather and compressor.sparsifier.dense
+            and compressor.index_codec.name == "raw"
             and compressor.value_codec.name == "raw" and isinstance(compressor.memory, NoMemory)
             and not compressor.warmup_steps and compressor.clip_norm is None)
 

@@ -29,8 +29,10 @@ class Memory(tf.Module, abc.ABC):
     """Base class: compensate() before compressing, update() after."""
 
     name_ = None
-    # The state it keeps (_variables.StateVar), declared: none by default.
-    STATE = ()
+    # The state it keeps (_variables.StateVar), declared. A memory of your
+    # own keeps state unless it says otherwise (NoMemory), and returns its
+    # variables from state_variables() (TF1 graphs initialize them there).
+    STATE = (StateVar("memory", "gradient", "its own", "bucket"),)
 
     def state_variables(self, key, like):
         """The variables of `key` (created, shaped like `like`, on first
@@ -91,6 +93,7 @@ class Sent(collections.namedtuple("Sent", ["rest", "positions", "values"])):
 
 class NoMemory(Memory):
     name_ = "none"
+    STATE = ()
 
     def compensate(self, tensor, key):
         return tensor

@@ -169,7 +169,8 @@ class TopK(Sparsifier):
         if self.skip_zeros:
             nonzero = tf.cast(tf.not_equal(tf.reshape(x, [-1]), 0), tf.int64)
             count = tf.concat([tf.zeros([1], tf.int64), tf.cumsum(nonzero)], 0)
-            ks = tf.minimum(ks, fusion_ops.gather(count, offsets[1:]) - fusion_ops.gather(count, offsets[:-1]))
+            ks = tf.minimum(ks, fusion_ops.gather(count, offsets[1:])
+                            - fusion_ops.gather(count, offsets[:-1]))
         return sparsify_ops.segmented_top_k(x, tf.constant(offsets), ks)
 
     def select_ratio(self, x, lengths, ratio):

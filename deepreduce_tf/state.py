@@ -1,5 +1,7 @@
 """What the exchange keeps between steps, in checkpoints: residuals, seed
-counters and byte counters of every replica's compressor.
+counters, byte counters and the communicator's own state (PowerSGD's Q,
+LGC's autoencoder) of every replica's exchange, as each part declares it
+(Exchange.state_declaration).
 
 The state is created lazily, on the first step (its shapes are those of the
 fused buckets the first step sees), but its container exists from the start:
@@ -38,10 +40,10 @@ def _encode(path):
 
 
 class ExchangeState(tf.Module):
-    """The per-replica compressors and exchange counters of one ops object.
+    """The per-replica exchanges and exchange counters of one ops object.
 
     compressors, exchanges and collective_bytes map the local replica number
-    (as a string, a checkpoint key) to its Compressor / int64 counter.
+    (as a string, a checkpoint key) to its Exchange / int64 counter.
     """
 
     def __init__(self, name="deepreduce_state"):

@@ -14,10 +14,16 @@
                copied to every replica: bit-identical everywhere.
 
 A communicator overrides transfer() (or its parts encode / exchange /
-decode), and, if it keeps no per-key counters of its own kind, counts()
-and checks_range. Allgather and Allreduce (deepreduce_tf.exchange) and LGC
-(deepreduce_tf.learned.lgc) differ only in what travels; a new one is one
-module and one line in deepreduce_tf.communicators.
+decode), declares what travels (travels) and the state it keeps
+(state_vars, make_state), and says which keys count steps and need seeds
+(counts) and whether prepare checks the value codec's range
+(checks_range). The rules of the step (compensation and memory update,
+the non-finite policy, counters and seeds, clipping, warm-up, byte
+records) are Exchange.prepare's and commit's, never a communicator's.
+Allgather and Allreduce (deepreduce_tf.exchange), PowerSGD
+(exchange/powersgd.py) and LGC (deepreduce_tf.learned.lgc) differ only in
+what travels; a new one is one module and one line in
+deepreduce_tf.communicators.
 
 tf.IndexedSlices (embedding gradients) travel the same way with every
 communicator: compressed per replica (Exchange.compress_slices: no memory),

@@ -85,7 +85,7 @@ class Exchange(tf.Module):
         before error feedback. None (default): no clipping.
       hierarchical: under MultiWorkerMirroredStrategy with several devices
         per worker, sum inside each worker first and compress only between
-        workers (from_params' 'hierarchical' key; default False).
+        workers (from_params' 'hierarchical' key; default True).
       params: the from_params dict it was built from (None otherwise).
 
     Raises:
@@ -94,7 +94,7 @@ class Exchange(tf.Module):
 
     def __init__(self, compressor, memory=None, communicator=None, ledger="default",
                  variable_factory=None, warmup_steps=0, warmup="dense", clip_norm=None,
-                 name=None, hierarchical=False, params=None):
+                 name=None, hierarchical=True, params=None):
         super().__init__(name=name)
         if not isinstance(compressor, Compressor):
             raise TypeError(f"compressor must be a deepreduce_tf.compressor.Compressor, got "
@@ -154,6 +154,10 @@ class Exchange(tf.Module):
         uses it to give every replica's exchange the one communicator it
         chose."""
         if communicator is not None and communicator is not self.communicator:
+            if self.steps or (self.communicator_state is not None
+                              and self.communicator_state.variables):
+                raise RuntimeError("Exchange.reconfigure: this exchange has run steps; its "
+                                   "communicator can only change before the first")
             communicator.check(self)
             self.communicator = communicator
             self.communicator_state = communicator.make_state(self)
@@ -372,10 +376,12 @@ class Exchange(tf.Module):
                 x, fits = self.memory.compensate_within(x, key, self.value_limit(x.dtype))
             else:
                 x, fits = self.memory.compensate(x, key), None
-            x, nonfinite = self.nonfinite_rule(x, key, fits)
+            # Counters first: a step that fails under nonfinite='raise' has
+            # advanced every replica's alike.
             step = self.advance(key) if counted else None
             seed = self.step_seed(key, step) if seeded else tf.constant(0, tf.int64)
             warmup = self.warmup_plan(step)
+            x, nonfinite = self.nonfinite_rule(x, key, fits)
         return Prepared(key, x, rest, fits, step, seed, warmup, deps, nonfinite)
 
     def nonfinite_rule(self, x, key, fits=None):
@@ -415,7 +421,9 @@ class Exchange(tf.Module):
         """Updates the key's memory with what the receivers decode and
         records the bytes. Returns the ops the step's output must depend on."""
         with tf.control_dependencies(prepared.deps):
-            effects = []
+            # The counter's advance runs with the step even where nothing
+            # reads it (a TF1 graph runs only what the output depends on).
+            effects = [prepared.step] if prepared.step is not None else []
             if outcome.sent is not None:
                 keep = [k for k in (prepared.nonfinite, outcome.keep) if k is not None]
                 keep = (None if not keep else keep[0] if len(keep) == 1

@@ -122,7 +122,7 @@ class PowerSGD(Communicator):
         if exchange.index_codec.name != "raw" or exchange.value_codec.name != "raw":
             problems.append("its factors travel as float32 values, without index or value "
                             "codecs (leave deepreduce unset)")
-        if getattr(exchange, "warmup_steps", 0):
+        if exchange.warmup_steps:
             problems.append("warmup_steps is the all-gather exchange's (PowerSGD's own warm-up "
                             "is start_iter)")
         if problems:

@@ -164,9 +164,10 @@ class _Lgc(Communicator):
         return True, False
 
     def state_vars(self):
-        return (StateVar("autoencoder", "float32", "its weights and Adam slots", "exchange"),
-                StateVar("lgc_signature", "int64", "[]", "exchange"),
-                StateVar("step", "int64", "[]", "bucket"))  # the helper codecs' seeds
+        # On the exchange of the process's first replica (per='process').
+        return (StateVar("autoencoder", "float32", "its weights and Adam slots", "process"),
+                StateVar("lgc_signature", "int64", "[]", "process"),
+                StateVar("lgc_codecs/step", "int64", "[]", "bucket"))  # helper codecs' seeds
 
     def make_state(self, exchange):
         state = tf.Module(name="lgc")

@@ -21,8 +21,8 @@ else derives from it:
                                  and summable from its row; the codec class
                                  declares the rest (parameters, properties);
   deepreduce_tf.ops.index/value  their CODECS, CODEC_IDS and ALIASES;
-  communicators.Allreduce        WIRE_DTYPES (which value codecs are summed,
-                                 in which dtype);
+  compressor.SUMMABLE_WIRE_DTYPES  which value codecs are summed, in which
+                                 dtype;
   build_deps/fuzz.sh, tests      the decoder fuzz targets (FUZZ_TARGETS).
 
 A mismatch cannot build or load: setup.py refuses to compile when a

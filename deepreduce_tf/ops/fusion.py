@@ -187,10 +187,19 @@ def scatter_sum(positions, values, n, tail=None, name=None):
 
 def gather(x, positions, name=None):
     """x[positions] (positions: an int32/int64 vector, every entry in
-    [0, len(x))): the one place the exchange gathers by position, on the
-    kernel of the tensors' device (TensorFlow's gather has CPU and GPU
-    kernels, which every caller gets by coming here)."""
+    [0, len(x))): the one place the exchange gathers by position. TensorFlow's
+    gather has kernels for every device, faster than a copy of ours would
+    be; a kernel of the library's would be chosen here, as scatter_sum does."""
     return tf.gather(x, positions, name=name)
+
+
+def unpermute(values, perm, name=None):
+    """values[i] placed at perm[i] (perm: a permutation of range(len(values)),
+    its length known at run time only): the inverse of gather(x, perm), as
+    TensorFlow's scatter_nd gives it on every device (a -0.0 becomes +0.0)."""
+    perm = tf.convert_to_tensor(perm)
+    return tf.scatter_nd(tf.expand_dims(perm, 1), values, tf.shape(perm, out_type=perm.dtype),
+                         name=name)
 
 
 def scatter_subtract(rest, positions, values, name=None):

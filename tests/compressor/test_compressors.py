@@ -579,3 +579,14 @@ def test_memory_checkpoint_roundtrip_and_deferred_restore(rng, tmp_path):
     np.testing.assert_array_equal(p1.numpy(), p2.numpy())  # same residual, same step seed
     np.testing.assert_array_equal(comp.memory.residual("dense/kernel:0").numpy(),
                                   fresh.memory.residual("dense/kernel:0").numpy())
+
+
+def test_unpermute_inverts_a_gather_as_scatter_nd_does():
+    from deepreduce_tf.ops import fusion as fusion_ops
+
+    perm = tf.constant([2, 0, 3, 1], tf.int64)
+    values = tf.constant([-0.0, 1.5, -2.0, 4.0])
+    out = fusion_ops.unpermute(values, perm).numpy()
+    np.testing.assert_array_equal(out, [1.5, 4.0, 0.0, -2.0])
+    assert not np.signbit(out[2])  # scatter_nd adds onto zeros: -0.0 arrives as +0.0
+    np.testing.assert_array_equal(fusion_ops.gather(out, perm).numpy()[1:], values.numpy()[1:])

@@ -171,7 +171,7 @@ def test_nonfinite_bucket_travels_dense_and_keeps_its_residual(rng):
 
 def test_stateless_configuration_creates_no_variables(rng):
     comp = dr.from_params({"compressor": "none"})
-    comp.ledger = None
+    comp.reconfigure(accounting=False)
     ts = _tensors(rng)
     tf.function(lambda: comp.compress_batch(ts, _keys(len(ts)))[0]).get_concrete_function()
     assert comp.stateless and not comp.variables

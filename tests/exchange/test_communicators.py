@@ -279,6 +279,8 @@ def test_the_nonfinite_rules_hold_for_every_communicator(rng, name):
     workers = [dr.from_params(dict(params, nonfinite="raise")) for _ in range(2)]
     with pytest.raises(tf.errors.InvalidArgumentError, match="nonfinite='raise'"):
         communicators.exchange_locally(workers, [tf.constant(g) for g in bad], name="w")
+    # The failed step advanced every worker's counters alike (seeds, phases stay in step).
+    assert len({int(v.numpy()) for w in workers for v in w.steps.values()}) <= 1
     workers = [dr.from_params(params) for _ in range(2)]
     communicators.exchange_locally(workers, [tf.constant(g) for g in good], name="w")
     before = [[v.numpy() for v in w.memory.residuals.values()] for w in workers]

@@ -153,6 +153,7 @@ def test_direct_composition():
     c = dr.make_exchange(sparsifiers.TopK(0.05), ic.GolombIndex(), vc.QsgdValue(bits=4),
                          memory.ResidualMemory(), communicators.Allgather(), min_size=10)
     assert isinstance(c, dr.Exchange) and isinstance(c.compressor, dr.Compressor)
+    assert c.hierarchical  # as from_params' default
     g = tf.random.normal([100, 10])
     p, ctx = c.compress(g, name="w")
     out = c.decompress(p, ctx)

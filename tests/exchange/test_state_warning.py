@@ -84,3 +84,32 @@ def test_what_each_part_declares():
     assert [(o, v.name) for o, v in decl if o != "memory"] == [("exchange", "step"),
                                                                ("ledger", "bytes")]
     assert not dr.from_params({"compressor": "none"}).keeps_state
+
+
+def test_a_memory_of_your_own_is_state_unless_it_says_otherwise():
+    import deepreduce_tf as dr
+
+    class Halving(dr.memory.Memory):  # declares nothing: assumed to keep state
+        def compensate(self, tensor, key):
+            return tensor
+
+        def update(self, key, compensated, decoded, keep=None):
+            return None
+
+    ex = dr.make_exchange(dr.sparsifiers.TopK(0.1), memory=Halving())
+    assert ex.keeps_state and ("memory", Halving.STATE[0]) in ex.state_declaration()
+    plain = dr.make_exchange(dr.sparsifiers.TopK(0.1), memory=dr.memory.NoMemory())
+    assert not plain.keeps_state
+
+
+def test_the_communicator_changes_only_before_the_first_step():
+    import deepreduce_tf as dr
+    from deepreduce_tf import communicators
+
+    ex = dr.from_params({"compressor": "powersgd", "rank": 1})
+    other = communicators.PowerSGD(rank=1)
+    ex.reconfigure(communicator=other)  # before any step: fine
+    assert ex.communicator is other
+    communicators.exchange_locally([ex], [tf.ones([64, 32])], name="w")
+    with pytest.raises(RuntimeError, match="has run steps"):
+        ex.reconfigure(communicator=communicators.PowerSGD(rank=1))
