@@ -30,6 +30,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/common/gpu_launch.h"
 #include "kernels/value/dexp.h"
 #include "kernels/value/polyfit.h"
 
@@ -37,14 +38,9 @@ namespace deepreduce {
 namespace value {
 namespace gpu {
 
-// Outcome of a launcher: cuda_error is a cudaError_t (0 == cudaSuccess) and
-// `step` names the call that failed. ErrorString() turns the code into text.
-struct GpuStatus {
-  int cuda_error;
-  const char* step;
-  bool ok() const { return cuda_error == 0; }
-};
-const char* ErrorString(int cuda_error);
+// GpuStatus, ErrorString, CopyToHost and (in .cu files) the launch helpers:
+// kernels/common/gpu_launch.h.
+using namespace ::deepreduce::gpu_launch;  // NOLINT
 
 // ------------------------------------------------------------ fp16/bf16 --
 
@@ -200,11 +196,6 @@ struct DexpFitResult {
 // exp() differs (see dexp.h).
 GpuStatus DexpFit(const float* d_y, int64_t k, int64_t p_count, uint8_t* d_payload,
                   void* d_scratch, size_t scratch_bytes, void* stream, DexpFitResult* result);
-
-// ----------------------------------------------------------------- misc --
-
-// Copies `bytes` bytes from device to host and synchronizes the stream.
-GpuStatus CopyToHost(void* host_dst, const void* d_src, size_t bytes, void* stream);
 
 }  // namespace gpu
 }  // namespace value

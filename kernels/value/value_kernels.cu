@@ -31,13 +31,8 @@ namespace value {
 namespace gpu {
 namespace {
 
-constexpr int kWarp = 32;
-// Threads per block of every kernel here: a multiple of the warp size (the
-// bucket-max kernel works on whole warps). The grid size comes from the
-// occupancy API: at most one full wave; the grid-stride loops do the rest.
-constexpr int kThreads = 256;
-static_assert(kThreads % kWarp == 0, "kThreads must be whole warps");
-constexpr unsigned kFullMask = 0xffffffffu;
+// Launch sizes (kThreads, GridSize: at most one full occupancy wave, the
+// grid-stride loops do the rest), kWarp, kFullMask: kernels/common/gpu_launch.h.
 // qsgd: elements per bucket-max work item (one warp), so that one huge
 // bucket is still spread over many warps.
 constexpr int64_t kSliceElems = 8192;
@@ -45,42 +40,6 @@ constexpr int64_t kSliceElems = 8192;
 // are exactly w bytes, so every item starts on a byte boundary and owns its
 // bytes (the CPU packs 4096-element chunks: the same bit stream).
 constexpr int64_t kGroup = 8;
-
-GpuStatus Ok() { return GpuStatus{0, ""}; }
-GpuStatus Fail(cudaError_t e, const char* step) { return GpuStatus{static_cast<int>(e), step}; }
-#define DR_CUDA_RETURN_IF_ERROR(expr, step)                    \
-  do {                                                         \
-    const cudaError_t dr_err_ = (expr);                        \
-    if (dr_err_ != cudaSuccess) return Fail(dr_err_, step);    \
-  } while (0)
-
-cudaStream_t AsStream(void* stream) { return static_cast<cudaStream_t>(stream); }
-
-// Blocks of kThreads for `work_blocks` blocks' worth of work: at most one
-// full wave (SMs x resident blocks per SM, occupancy API), at least one.
-template <typename Kernel>
-cudaError_t GridSize(Kernel kernel, int64_t work_blocks, int* grid) {
-  int device = 0, sms = 0, per_sm = 0;
-  cudaError_t e = cudaGetDevice(&device);
-  if (e != cudaSuccess) return e;
-  e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  if (e != cudaSuccess) return e;
-  e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0);
-  if (e != cudaSuccess) return e;
-  const int64_t wave = static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1);
-  const int64_t g = work_blocks < wave ? work_blocks : wave;
-  *grid = static_cast<int>(g < 1 ? 1 : g);
-  return cudaSuccess;
-}
-
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-__device__ __forceinline__ int64_t GlobalThread() {
-  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-__device__ __forceinline__ int64_t GridThreads() {
-  return static_cast<int64_t>(gridDim.x) * blockDim.x;
-}
 
 // Up to 24 bytes of fixed payload fields, built on the host and written by
 // thread 0 of the first kernel (passed by value: no host buffer to keep
@@ -341,10 +300,6 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // ------------------------------------------------ polyfit / dexp encode --
-
-// Scratch sub-buffers start on this boundary (CUB wants 256-byte alignment).
-constexpr size_t kAlign = 256;
-size_t AlignUp(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 
 // Carves consecutive aligned sub-buffers out of one scratch allocation (or,
 // with base == nullptr, only adds up their sizes).
@@ -647,10 +602,6 @@ __global__ void DexpCombineKernel(const float* __restrict__ y, int64_t k, int64_
 }
 
 }  // namespace
-
-const char* ErrorString(int cuda_error) {
-  return cudaGetErrorString(static_cast<cudaError_t>(cuda_error));
-}
 
 GpuStatus HalfEncode(uint8_t codec, const float* d_values, int64_t k, uint8_t* d_payload,
                      void* stream) {
@@ -1149,17 +1100,6 @@ GpuStatus DexpFit(const float* d_y, int64_t k, int64_t p_count, uint8_t* d_paylo
   }
   return Ok();
 }
-
-GpuStatus CopyToHost(void* host_dst, const void* d_src, size_t bytes, void* stream) {
-  cudaStream_t st = AsStream(stream);
-  if (bytes == 0) return Ok();
-  DR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_dst, d_src, bytes, cudaMemcpyDeviceToHost, st),
-                          "copying to the host");
-  DR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(st), "copying to the host");
-  return Ok();
-}
-
-#undef DR_CUDA_RETURN_IF_ERROR
 
 }  // namespace gpu
 }  // namespace value
