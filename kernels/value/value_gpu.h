@@ -1,5 +1,7 @@
-// CUDA launchers of the value codecs: plain C++ declarations with no
-// TensorFlow and no CUDA headers, so that both the TF OpKernels
+// CUDA launchers of the value codecs with ops of their own (qsgd, polyfit,
+// dexp; the codecs of the family's convention declare theirs in their struct,
+// kernels/value/<name>.h, and define them in <name>.cu): plain C++
+// declarations with no TensorFlow and no CUDA headers, so that both the TF OpKernels
 // (value_kernels_gpu.cc, g++) and the standalone test (tests/cuda/, nvcc) can
 // call the kernels in value_kernels.cu.
 //
@@ -12,7 +14,7 @@
 //     it. A launcher that returns something to the host says so and
 //     synchronizes the stream; the others only enqueue work.
 //   * The bytes written are those of the CPU kernels: the per-element code
-//     (halfcast.h, qsgd.h, polyfit.h, lsq.h, dexp.h) is the same source
+//     (qsgd.h, polyfit.h, lsq.h, dexp.h) is the same source
 //     compiled for the device, and the payload layouts are the ones
 //     documented there. Exception: dexp encode, whose amplitudes depend on
 //     exp() (CUDA's and glibc's may differ in the last bit; see dexp.h).
@@ -41,19 +43,6 @@ namespace gpu {
 // GpuStatus, ErrorString, CopyToHost and (in .cu files) the launch helpers:
 // kernels/common/gpu_launch.h.
 using namespace ::deepreduce::gpu_launch;  // NOLINT
-
-// ------------------------------------------------------------ fp16/bf16 --
-
-// Writes the whole payload (16-byte header + K little-endian u16 codes) of
-// the k values at d_values to d_payload (kHeaderBytes + 2k bytes).
-// codec is kCodecFp16 or kCodecBf16. Does not synchronize.
-GpuStatus HalfEncode(uint8_t codec, const float* d_values, int64_t k,
-                     uint8_t* d_payload, void* stream);
-
-// Decodes the K codes of a checked payload (d_payload: kHeaderBytes + 2k
-// bytes) into d_out. Does not synchronize.
-GpuStatus HalfDecode(uint8_t codec, const uint8_t* d_payload, int64_t k,
-                     float* d_out, void* stream);
 
 // ---------------------------------------------------------------- qsgd --
 

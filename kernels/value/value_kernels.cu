@@ -1,9 +1,10 @@
-// CUDA kernels of the value codecs (fp16, bf16, qsgd; polyfit and dexp
-// encode and decode), behind the plain C++ launchers of value_gpu.h. No
-// TensorFlow headers: memory and the stream come from the caller. The
-// per-element and per-segment logic is that of halfcast.h, qsgd.h,
-// polyfit.h, lsq.h and dexp.h, shared with the CPU kernels, so both write the
-// same bytes (dexp: see dexp.h and DexpDecode).
+// CUDA kernels of the value codecs with ops of their own (qsgd; polyfit and
+// dexp encode and decode; fp16 and bf16 have theirs in fp16.cu, bf16.cu),
+// behind the plain C++ launchers of value_gpu.h. No TensorFlow headers:
+// memory and the stream come from the caller. The per-element and
+// per-segment logic is that of qsgd.h, polyfit.h, lsq.h and dexp.h, shared
+// with the CPU kernels, so both write the same bytes (dexp: see dexp.h and
+// DexpDecode).
 //
 // polyfit/dexp encode: CUB's stable radix sort on the CPU's sort key; the
 // fits in the fixed blocked order of polyfit.h / dexp.h (one thread per block
@@ -20,7 +21,6 @@
 #include "kernels/value/lsq.h"
 
 #include "kernels/value/dexp.h"
-#include "kernels/value/halfcast.h"
 #include "kernels/value/polyfit.h"
 #include "kernels/value/qsgd.h"
 #include "kernels/value/value_format.h"
@@ -53,59 +53,6 @@ __device__ __forceinline__ void WritePrefix(const Prefix& p, uint8_t* out) {
   if (blockIdx.x == 0 && threadIdx.x == 0) {
     for (int j = 0; j < p.n; ++j) out[j] = p.bytes[j];
   }
-}
-
-// ------------------------------------------------------------ fp16/bf16 --
-
-// Grid-stride over the k values: thread t converts values t, t + stride, ...
-// into the u16 at payload byte 16 + 2i. Thread 0 also writes the header.
-template <uint8_t kCodec>
-__global__ void __launch_bounds__(kThreads)
-    HalfEncodeKernel(const float* __restrict__ v, int64_t k, Prefix header,
-                     uint8_t* __restrict__ payload) {
-  WritePrefix(header, payload);
-  uint8_t* dst = payload + kHeaderBytes;
-  for (int64_t i = GlobalThread(); i < k; i += GridThreads()) {
-    PutU16(dst + 2 * i, kCodec == kCodecFp16 ? halfcast::FloatToFp16(v[i])
-                                             : halfcast::FloatToBf16(v[i]));
-  }
-}
-
-// Grid-stride over the k codes: thread t decodes codes t, t + stride, ...
-template <uint8_t kCodec>
-__global__ void __launch_bounds__(kThreads)
-    HalfDecodeKernel(const uint8_t* __restrict__ payload, int64_t k,
-                     float* __restrict__ out) {
-  const uint8_t* src = payload + kHeaderBytes;
-  for (int64_t i = GlobalThread(); i < k; i += GridThreads()) {
-    const uint16_t h = GetU16(src + 2 * i);
-    out[i] = kCodec == kCodecFp16 ? halfcast::Fp16ToFloat(h) : halfcast::Bf16ToFloat(h);
-  }
-}
-
-template <uint8_t kCodec>
-GpuStatus HalfEncodeImpl(const float* d_values, int64_t k, uint8_t* d_payload,
-                         cudaStream_t s) {
-  Prefix header;
-  header.n = static_cast<int>(kHeaderBytes);
-  WriteHeader(header.bytes, kCodec, static_cast<uint64_t>(k));
-  int grid = 0;
-  DR_CUDA_RETURN_IF_ERROR(GridSize(HalfEncodeKernel<kCodec>, CeilDiv(k, kThreads), &grid),
-                          "sizing the half-encode grid");
-  HalfEncodeKernel<kCodec><<<grid, kThreads, 0, s>>>(d_values, k, header, d_payload);
-  DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching HalfEncodeKernel");
-  return Ok();
-}
-
-template <uint8_t kCodec>
-GpuStatus HalfDecodeImpl(const uint8_t* d_payload, int64_t k, float* d_out, cudaStream_t s) {
-  if (k == 0) return Ok();
-  int grid = 0;
-  DR_CUDA_RETURN_IF_ERROR(GridSize(HalfDecodeKernel<kCodec>, CeilDiv(k, kThreads), &grid),
-                          "sizing the half-decode grid");
-  HalfDecodeKernel<kCodec><<<grid, kThreads, 0, s>>>(d_payload, k, d_out);
-  DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching HalfDecodeKernel");
-  return Ok();
 }
 
 // ---------------------------------------------------------------- qsgd --
@@ -602,20 +549,6 @@ __global__ void DexpCombineKernel(const float* __restrict__ y, int64_t k, int64_
 }
 
 }  // namespace
-
-GpuStatus HalfEncode(uint8_t codec, const float* d_values, int64_t k, uint8_t* d_payload,
-                     void* stream) {
-  if (codec == kCodecFp16) return HalfEncodeImpl<kCodecFp16>(d_values, k, d_payload, AsStream(stream));
-  if (codec == kCodecBf16) return HalfEncodeImpl<kCodecBf16>(d_values, k, d_payload, AsStream(stream));
-  return Fail(cudaErrorInvalidValue, "HalfEncode: codec is neither fp16 nor bf16");
-}
-
-GpuStatus HalfDecode(uint8_t codec, const uint8_t* d_payload, int64_t k, float* d_out,
-                     void* stream) {
-  if (codec == kCodecFp16) return HalfDecodeImpl<kCodecFp16>(d_payload, k, d_out, AsStream(stream));
-  if (codec == kCodecBf16) return HalfDecodeImpl<kCodecBf16>(d_payload, k, d_out, AsStream(stream));
-  return Fail(cudaErrorInvalidValue, "HalfDecode: codec is neither fp16 nor bf16");
-}
 
 size_t QsgdScratchBytes() { return sizeof(QsgdRecords); }
 
