@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the standalone CUDA tests (no TensorFlow): every tests/cuda/X_cuda_test.cu
-# with the CUDA kernels of its family, kernels/X/*.cu, compiled by nvcc for the
+# with the CUDA kernels of its family, kernels/X/*.cu, and the shared launch
+# helpers, kernels/common/*.cu (gpu_launch.h), compiled by nvcc for the
 # architectures of the op library (sm_75..sm_90 + PTX, or
 # DEEPREDUCE_TF_CUDA_ARCHS), into build/cuda_test/X_cuda_test.
 #   bash build_deps/build_cuda_test.sh          # build; run them if a GPU is present
@@ -47,7 +48,7 @@ for test_src in tests/cuda/*_cuda_test.cu; do
   fi
   set -x
   "$NVCC" -std=c++17 -O2 -I. --expt-relaxed-constexpr "${GENCODE[@]}" \
-    "$test_src" "${kernels[@]}" -o "$OUT/$name"
+    "$test_src" "${kernels[@]}" kernels/common/*.cu -o "$OUT/$name"
   { set +x; } 2>/dev/null
   echo "built $OUT/$name"
   built+=("$OUT/$name")

@@ -38,6 +38,7 @@
 #include "kernels/sparsify/sparsify.h"
 #include "kernels/sparsify/sparsify_gpu.h"
 #include "kernels/value/dexp.h"
+#include "kernels/value/fp16.h"
 #include "kernels/value/polyfit.h"
 #include "kernels/value/value_decode.h"
 #include "kernels/value/value_format.h"
@@ -340,10 +341,13 @@ int main(int argc, char** argv) {
   Section("fp16", [&] {
     Buf payload(dv::kHeaderBytes + 2 * k), out(4 * k);
     const Timing enc = Time([&] {
-      Launch(vg::HalfEncode(dv::kCodecFp16, d_val.as<float>(), k, payload.as<uint8_t>(), s));
+      Launch(dv::fp16::Codec::EncodeGpu(d_val.as<float>(), k, deepreduce::EncodeArgs(),
+                                        dv::MakeHeader(dv::kCodecFp16, k), payload.as<uint8_t>(),
+                                        2 * k, s));
     });
     const Timing dec = Time([&] {
-      Launch(vg::HalfDecode(dv::kCodecFp16, payload.as<uint8_t>(), k, out.as<float>(), s));
+      Launch(dv::fp16::Codec::DecodeGpu(k, payload.as<uint8_t>() + dv::kHeaderBytes, 2 * k,
+                                        out.as<float>(), s));
     });
     const std::vector<float> got = Download<float>(out.p, k);
     for (int64_t i = 0; i < k; ++i) {

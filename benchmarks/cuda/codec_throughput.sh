@@ -13,9 +13,8 @@ mkdir -p build/cuda_bench
 exe=build/cuda_bench/codec_throughput
 if bench_stale "$exe"; then
   "$NVCC" -std=c++17 -O2 -I. --expt-relaxed-constexpr "${GENCODE[@]}" \
-    benchmarks/cuda/codec_throughput.cu kernels/bloom/bloom_kernels.cu \
-    kernels/index/index_kernels.cu kernels/sparsify/sparsify_kernels.cu \
-    kernels/value/value_kernels.cu -o "$exe"
+    benchmarks/cuda/codec_throughput.cu kernels/common/*.cu kernels/bloom/*.cu \
+    kernels/index/*.cu kernels/sparsify/*.cu kernels/value/*.cu -o "$exe"
 fi
 if [ "$run" = 1 ]; then exec "$exe" "$@"; fi
 echo "built $exe"

@@ -16,9 +16,8 @@ mkdir -p build/cuda_bench
 exe=build/cuda_bench/step_throughput
 if bench_stale "$exe"; then
   "$NVCC" -std=c++17 -O2 -I. --expt-relaxed-constexpr -Xcompiler -Wall "${GENCODE[@]}" \
-    benchmarks/cuda/step_throughput.cu kernels/fusion/fusion_kernels.cu \
-    kernels/index/index_kernels.cu kernels/sparsify/sparsify_kernels.cu \
-    kernels/value/value_kernels.cu -o "$exe"
+    benchmarks/cuda/step_throughput.cu kernels/common/*.cu kernels/fusion/*.cu \
+    kernels/index/*.cu kernels/sparsify/*.cu kernels/value/*.cu -o "$exe"
 fi
 if [ "$run" = 1 ]; then exec "$exe" "$@"; fi
 echo "built $exe"

@@ -334,12 +334,13 @@ def family_header_text(family):
     out += [f'#include "kernels/{family}/{r.name}.h"' for r in rows(family, family)]
     k = family.upper()
     out += ["", "namespace deepreduce {", f"namespace {family} {{", "",
-            "// The table's wire id and name of a codec's struct:",
-            "// CodecOf<<name>::Codec>::kId, ::kName.",
+            "// The table's wire id and names of a codec's struct:",
+            "// CodecOf<<name>::Codec>::kId, ::kName, ::kCamel (its ops' prefix).",
             "template <typename Codec>", "struct CodecOf;"]
     body = [f"#define DR_{k}_CODEC_OF(name, Camel, id, kernels)", "  template <>",
             "  struct CodecOf<name::Codec> {", "    static constexpr uint8_t kId = id;",
-            "    static constexpr const char* kName = #name;"]
+            "    static constexpr const char* kName = #name;",
+            "    static constexpr const char* kCamel = #Camel;"]
     width = max(len(line) for line in body) + 1
     out += [line.ljust(width) + "\\" for line in body] + ["  };"]
     out += [f"DR_{k}_PAYLOAD_CODECS(DR_{k}_CODEC_OF)",

@@ -24,20 +24,16 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/common/gpu_launch.h"
 #include "kernels/bloom/bloom.h"
 
 namespace deepreduce {
 namespace bloom {
 namespace gpu {
 
-// Outcome of a launcher: cuda_error is a cudaError_t (0 == cudaSuccess) and
-// `step` names the call that failed. ErrorString() turns the code into text.
-struct GpuStatus {
-  int cuda_error;
-  const char* step;
-  bool ok() const { return cuda_error == 0; }
-};
-const char* ErrorString(int cuda_error);
+// GpuStatus, ErrorString, CopyToHost and (in .cu files) the launch helpers:
+// kernels/common/gpu_launch.h.
+using namespace ::deepreduce::gpu_launch;  // NOLINT
 
 // ---------------------------------------------------------------- insert --
 
@@ -92,12 +88,6 @@ GpuStatus QueryWriteInt32(int64_t n, const void* d_scratch, size_t scratch_bytes
                           int32_t* d_out, void* stream);
 GpuStatus QueryWriteInt64(int64_t n, const void* d_scratch, size_t scratch_bytes,
                           int64_t* d_out, void* stream);
-
-// ----------------------------------------------------------------- misc --
-
-// Copies `bytes` bytes from device to host and synchronizes the stream.
-GpuStatus CopyToHost(void* host_dst, const void* d_src, size_t bytes,
-                     void* stream);
 
 }  // namespace gpu
 }  // namespace bloom

@@ -19,53 +19,13 @@ namespace bloom {
 namespace gpu {
 namespace {
 
-constexpr int kWarp = 32;
-// Threads per block of every kernel here: a multiple of the warp size (the
-// query kernels work on whole warps). The grid size comes from the occupancy
-// API: enough blocks to fill the device once, the grid-stride loops do the
-// rest.
-constexpr int kThreads = 256;
-static_assert(kThreads % kWarp == 0, "kThreads must be whole warps");
+// Launch sizes (kThreads: whole warps, which the query kernels need; GridSize:
+// one occupancy wave, the grid-stride loops do the rest), kWarp, kFullMask,
+// kAlign: kernels/common/gpu_launch.h.
 // A query tile: the positions one warp tests in one grid-stride step, i.e.
 // kWarp hit words of kWarp bits. Per-tile counts are what gets scanned.
 constexpr int64_t kTileWords = kWarp;
 constexpr int64_t kTilePositions = kTileWords * 32;
-constexpr unsigned kFullMask = 0xffffffffu;
-// Scratch sub-buffers start on this boundary (CUB wants 256-byte alignment).
-constexpr size_t kAlign = 256;
-
-size_t AlignUp(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
-
-GpuStatus Ok() { return GpuStatus{0, ""}; }
-GpuStatus Fail(cudaError_t e, const char* step) {
-  return GpuStatus{static_cast<int>(e), step};
-}
-#define DR_CUDA_RETURN_IF_ERROR(expr, step)        \
-  do {                                             \
-    const cudaError_t dr_err_ = (expr);            \
-    if (dr_err_ != cudaSuccess) return Fail(dr_err_, step); \
-  } while (0)
-
-cudaStream_t AsStream(void* stream) { return static_cast<cudaStream_t>(stream); }
-
-// Blocks of kThreads to launch for `work_blocks` blocks' worth of work:
-// at most one full wave (SMs x resident blocks per SM, from the occupancy
-// API), at least one block.
-template <typename Kernel>
-cudaError_t GridSize(Kernel kernel, int64_t work_blocks, int* grid) {
-  int device = 0, sms = 0, per_sm = 0;
-  cudaError_t e = cudaGetDevice(&device);
-  if (e != cudaSuccess) return e;
-  e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  if (e != cudaSuccess) return e;
-  e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0);
-  if (e != cudaSuccess) return e;
-  const int64_t wave = static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1);
-  int64_t g = work_blocks < wave ? work_blocks : wave;
-  *grid = static_cast<int>(g < 1 ? 1 : g);
-  return cudaSuccess;
-}
-
 // ---------------------------------------------------------------- insert --
 
 // Grid-stride over the k indices: thread t handles indices[t],
@@ -280,10 +240,6 @@ GpuStatus QueryWrite(int64_t n, const void* d_scratch, size_t scratch_bytes,
 
 }  // namespace
 
-const char* ErrorString(int cuda_error) {
-  return cudaGetErrorString(static_cast<cudaError_t>(cuda_error));
-}
-
 size_t InsertScratchBytes(int64_t n) {
   return InsertLayout(n, nullptr).total_bytes;
 }
@@ -370,17 +326,6 @@ GpuStatus QueryWriteInt64(int64_t n, const void* d_scratch, size_t scratch_bytes
   return QueryWrite(n, d_scratch, scratch_bytes, d_out, stream);
 }
 
-GpuStatus CopyToHost(void* host_dst, const void* d_src, size_t bytes,
-                     void* stream) {
-  cudaStream_t s = AsStream(stream);
-  DR_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(host_dst, d_src, bytes, cudaMemcpyDeviceToHost, s),
-      "copying to the host");
-  DR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s), "copying to the host");
-  return Ok();
-}
-
-#undef DR_CUDA_RETURN_IF_ERROR
 
 }  // namespace gpu
 }  // namespace bloom

@@ -29,7 +29,7 @@ using gpu_util::AllocateScratch;
 using gpu_util::StreamOf;
 
 absl::Status CudaStatus(const gpu::GpuStatus& s, const char* op) {
-  return gpu_util::CudaStatus<gpu::ErrorString>(s, op);
+  return gpu_util::CudaStatus(s, op);
 }
 
 inline gpu::GpuStatus LaunchInsert(const BloomLayout& layout, const int32_t* idx,

@@ -1,8 +1,10 @@
 // The GPU half of an OpKernel, shared by every family's *_kernels_gpu.cc (the
 // CUDA build only): the op's CUDA stream, a launcher's status as an
-// absl::Status, device scratch, and pinned host memory for what comes back. Host code with TF headers and no CUDA
-// headers (g++ compiles it); the launchers it wraps are the plain C++
-// declarations of kernels/<family>/<family>_gpu.h.
+// absl::Status, device scratch, and pinned host memory for what comes back.
+// Host code with TF headers and no CUDA headers (g++ compiles it); the
+// launchers it wraps are the plain C++ declarations of
+// kernels/<family>/<family>_gpu.h, which return kernels/common/gpu_launch.h's
+// GpuStatus.
 #ifndef DEEPREDUCE_KERNELS_COMMON_GPU_OP_UTIL_H_
 #define DEEPREDUCE_KERNELS_COMMON_GPU_OP_UTIL_H_
 
@@ -12,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "kernels/common/devices.h"
+#include "kernels/common/gpu_launch.h"
 #include "tensorflow/core/framework/device_base.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
@@ -32,14 +35,12 @@ inline absl::Status StreamOf(tensorflow::OpKernelContext* ctx, void** stream) {
   return absl::OkStatus();
 }
 
-// A launcher's outcome (a family's gpu::GpuStatus: cuda_error, 0 on success,
-// and the failed `step`) as an absl::Status naming the op. kErrorString is
-// that family's gpu::ErrorString (cudaGetErrorString, in its .cu file).
-template <const char* (*kErrorString)(int), typename GpuStatus>
-absl::Status CudaStatus(const GpuStatus& s, const char* op) {
+// A launcher's outcome (cuda_error, 0 on success, and the failed `step`) as
+// an absl::Status naming the op.
+inline absl::Status CudaStatus(const gpu_launch::GpuStatus& s, const char* op) {
   if (s.ok()) return absl::OkStatus();
   return absl::InternalError(std::string(op) + ": CUDA error while " + s.step + ": " +
-                             kErrorString(s.cuda_error));
+                             gpu_launch::ErrorString(s.cuda_error));
 }
 
 // Device scratch of `bytes` bytes as a uint8 tensor: at least one byte, so
@@ -60,21 +61,18 @@ inline absl::Status AllocatePinnedHost(tensorflow::OpKernelContext* ctx, int64_t
 }
 
 // Copies `bytes` bytes of device memory at src to pinned host memory held
-// by `holder` and points *host at them, through the family's
-// CopyToHost(host_dst, d_src, bytes, stream) launcher (which synchronizes the
-// stream). With bytes == 0 nothing is copied.
-template <const char* (*kErrorString)(int), typename GpuStatus>
-absl::Status CopyToPinnedHost(tensorflow::OpKernelContext* ctx,
-                              GpuStatus (*copy_to_host)(void*, const void*, size_t, void*),
-                              const uint8_t* src, int64_t bytes, tensorflow::Tensor* holder,
-                              const uint8_t** host, const char* op) {
+// by `holder` and points *host at them (gpu_launch::CopyToHost, which
+// synchronizes the stream). With bytes == 0 nothing is copied.
+inline absl::Status CopyToPinnedHost(tensorflow::OpKernelContext* ctx, const uint8_t* src,
+                                     int64_t bytes, tensorflow::Tensor* holder,
+                                     const uint8_t** host, const char* op) {
   void* stream = nullptr;
   TF_RETURN_IF_ERROR(StreamOf(ctx, &stream));
   TF_RETURN_IF_ERROR(AllocatePinnedHost(ctx, bytes, holder));
   uint8_t* dst = holder->flat<uint8_t>().data();
   if (bytes > 0) {
-    TF_RETURN_IF_ERROR(CudaStatus<kErrorString>(
-        copy_to_host(dst, src, static_cast<size_t>(bytes), stream), op));
+    TF_RETURN_IF_ERROR(CudaStatus(
+        gpu_launch::CopyToHost(dst, src, static_cast<size_t>(bytes), stream), op));
   }
   *host = dst;
   return absl::OkStatus();

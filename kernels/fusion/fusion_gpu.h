@@ -7,18 +7,15 @@
 
 #include <cstdint>
 
+#include "kernels/common/gpu_launch.h"
+
 namespace deepreduce {
 namespace fusion {
 namespace gpu {
 
-// cuda_error is a cudaError_t (0 = success); `step` names the call that
-// failed. ErrorString() turns the code into text.
-struct GpuStatus {
-  int cuda_error;
-  const char* step;
-  bool ok() const { return cuda_error == 0; }
-};
-const char* ErrorString(int cuda_error);
+// GpuStatus, ErrorString, CopyToHost and (in .cu files) the launch helpers:
+// kernels/common/gpu_launch.h.
+using namespace ::deepreduce::gpu_launch;  // NOLINT
 
 // Copies count device-to-device pieces (dst[i] <- src[i], bytes[i] bytes)
 // on `stream`, asynchronously: one kernel per 96 non-empty pieces, the table

@@ -24,7 +24,6 @@ namespace fusion {
 namespace gpu {
 namespace {
 
-constexpr int kThreads = 256;
 constexpr int64_t kUnitsPerBlock = kThreads * 8;
 // Pieces per launch: the table must fit the 4 KB of kernel parameters.
 constexpr int kMaxPieces = 96;
@@ -76,10 +75,6 @@ int UnitShift(const void* dst, const void* src, int64_t bytes) {
 }
 
 }  // namespace
-
-const char* ErrorString(int cuda_error) {
-  return cudaGetErrorString(static_cast<cudaError_t>(cuda_error));
-}
 
 GpuStatus CopyPieces(void* const* dst, const void* const* src, const int64_t* bytes,
                      int count, void* stream) {

@@ -29,7 +29,7 @@ struct CopyPieces<GpuDevice> {
       src.push_back(p.src);
       bytes.push_back(p.bytes);
     }
-    return gpu_util::CudaStatus<gpu::ErrorString>(
+    return gpu_util::CudaStatus(
         gpu::CopyPieces(dst.data(), src.data(), bytes.data(), static_cast<int>(dst.size()),
                         stream),
         op);

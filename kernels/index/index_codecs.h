@@ -19,8 +19,8 @@
 namespace deepreduce {
 namespace index {
 
-// The table's wire id and name of a codec's struct:
-// CodecOf<<name>::Codec>::kId, ::kName.
+// The table's wire id and names of a codec's struct:
+// CodecOf<<name>::Codec>::kId, ::kName, ::kCamel (its ops' prefix).
 template <typename Codec>
 struct CodecOf;
 #define DR_INDEX_CODEC_OF(name, Camel, id, kernels) \
@@ -28,6 +28,7 @@ struct CodecOf;
   struct CodecOf<name::Codec> {                     \
     static constexpr uint8_t kId = id;              \
     static constexpr const char* kName = #name;     \
+    static constexpr const char* kCamel = #Camel;   \
   };
 DR_INDEX_PAYLOAD_CODECS(DR_INDEX_CODEC_OF)
 #undef DR_INDEX_CODEC_OF

@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/common/gpu_launch.h"
 #include "kernels/index/golomb.h"
 #include "kernels/index/rle.h"
 
@@ -29,13 +30,9 @@ namespace deepreduce {
 namespace index {
 namespace gpu {
 
-// cuda_error is a cudaError_t (0 == cudaSuccess); step names the failed call.
-struct GpuStatus {
-  int cuda_error;
-  const char* step;
-  bool ok() const { return cuda_error == 0; }
-};
-const char* ErrorString(int cuda_error);
+// GpuStatus, ErrorString, CopyToHost and (in .cu files) the launch helpers:
+// kernels/common/gpu_launch.h.
+using namespace ::deepreduce::gpu_launch;  // NOLINT
 
 // ----------------------------------------------------------------- misc --
 
@@ -43,9 +40,6 @@ const char* ErrorString(int cuda_error);
 // kernel: no host buffer has to outlive the call).
 constexpr int kMaxWriteBytes = 32;
 GpuStatus WriteBytes(uint8_t* d_dst, const uint8_t* host_src, int len, void* stream);
-
-// Copies `bytes` bytes from device to host. Synchronizes.
-GpuStatus CopyToHost(void* host_dst, const void* d_src, size_t bytes, void* stream);
 
 // ------------------------------------------------------------ validation --
 

@@ -23,10 +23,9 @@ namespace index {
 namespace gpu {
 namespace {
 
-// Threads per CUDA block of the element-wise kernels: a multiple of the warp
-// size; the grid is one wave from the occupancy API (grid-stride loops do the
-// rest).
-constexpr int kThreads = 256;
+// Threads per CUDA block of the element-wise kernels (kThreads) and their
+// grid (GridSize: one wave from the occupancy API, grid-stride loops do the
+// rest), kWarp, kFullMask, kAlign: kernels/common/gpu_launch.h.
 // Threads per CUDA block of the golomb kernels, where one warp owns one
 // golomb block (16..4096 indices, chosen per payload by default): a 25 M-
 // position tensor at 1 % has ~60-16k busy warps, so small CUDA blocks spread
@@ -35,39 +34,6 @@ constexpr int kGolombThreads = 64;
 static_assert(kThreads % 32 == 0 && kGolombThreads % 32 == 0, "whole warps");
 // A gap must not skip a whole chunk (rle.h).
 static_assert(kRleChunkBytes >= rle::kEntries, "rle chunks shorter than a gap");
-// Scratch sub-buffers start on this boundary (CUB wants 256-byte alignment).
-constexpr size_t kAlign = 256;
-
-size_t AlignUp(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
-
-GpuStatus Ok() { return GpuStatus{0, ""}; }
-GpuStatus Fail(cudaError_t e, const char* step) { return GpuStatus{static_cast<int>(e), step}; }
-#define DR_CUDA_RETURN_IF_ERROR(expr, step)                    \
-  do {                                                         \
-    const cudaError_t dr_err_ = (expr);                        \
-    if (dr_err_ != cudaSuccess) return Fail(dr_err_, step);    \
-  } while (0)
-
-cudaStream_t AsStream(void* stream) { return static_cast<cudaStream_t>(stream); }
-
-// CUDA blocks of `threads` threads for `items` work items: at most one full
-// wave (SMs x resident blocks per SM), at least one block.
-template <typename Kernel>
-cudaError_t GridSize(Kernel kernel, int64_t items, int threads, int* grid) {
-  int device = 0, sms = 0, per_sm = 0;
-  cudaError_t e = cudaGetDevice(&device);
-  if (e != cudaSuccess) return e;
-  e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  if (e != cudaSuccess) return e;
-  e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0);
-  if (e != cudaSuccess) return e;
-  const int64_t wave = static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1);
-  const int64_t need = (items + threads - 1) / threads;
-  const int64_t g = need < wave ? need : wave;
-  *grid = static_cast<int>(g < 1 ? 1 : g);
-  return cudaSuccess;
-}
-
 #define DR_GRID_STRIDE(i, count)                                                   \
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; \
        i < (count); i += static_cast<int64_t>(gridDim.x) * blockDim.x)
@@ -161,7 +127,9 @@ GpuStatus Validate(const T* d_idx, int64_t k, int64_t n, void* d_scratch, void* 
   unsigned long long* flag = static_cast<unsigned long long*>(d_scratch);
   DR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flag, 0xff, sizeof(*flag), s), "clearing the error flag");
   int grid = 0;
-  DR_CUDA_RETURN_IF_ERROR(GridSize(ValidateKernel<T>, k, kThreads, &grid), "sizing the check grid");
+  DR_CUDA_RETURN_IF_ERROR(
+      GridSize(ValidateKernel<T>, CeilDiv(k, kThreads), &grid, kThreads),
+      "sizing the check grid");
   ValidateKernel<T><<<grid, kThreads, 0, s>>>(d_idx, k, n, flag);
   DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching ValidateKernel");
   unsigned long long bad = 0;
@@ -201,7 +169,9 @@ template <typename T>
 GpuStatus Int32EncodeT(const T* d_idx, int64_t k, uint8_t* d_body, void* stream) {
   if (k == 0) return Ok();
   int grid = 0;
-  DR_CUDA_RETURN_IF_ERROR(GridSize(Int32EncodeKernel<T>, k, kThreads, &grid), "sizing the grid");
+  DR_CUDA_RETURN_IF_ERROR(
+      GridSize(Int32EncodeKernel<T>, CeilDiv(k, kThreads), &grid, kThreads),
+      "sizing the grid");
   Int32EncodeKernel<T><<<grid, kThreads, 0, AsStream(stream)>>>(d_idx, k, d_body);
   DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching Int32EncodeKernel");
   return Ok();
@@ -211,7 +181,9 @@ template <typename T>
 GpuStatus Int32DecodeT(const uint8_t* d_body, int64_t k, T* d_out, void* stream) {
   if (k == 0) return Ok();
   int grid = 0;
-  DR_CUDA_RETURN_IF_ERROR(GridSize(Int32DecodeKernel<T>, k, kThreads, &grid), "sizing the grid");
+  DR_CUDA_RETURN_IF_ERROR(
+      GridSize(Int32DecodeKernel<T>, CeilDiv(k, kThreads), &grid, kThreads),
+      "sizing the grid");
   Int32DecodeKernel<T><<<grid, kThreads, 0, AsStream(stream)>>>(d_body, k, d_out);
   DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching Int32DecodeKernel");
   return Ok();
@@ -278,7 +250,9 @@ GpuStatus BitmapEncodeT(const T* d_idx, int64_t k, int64_t n, void* d_scratch,
                           "clearing the bitmap");
   if (k > 0) {
     int grid = 0;
-    DR_CUDA_RETURN_IF_ERROR(GridSize(BitmapSetKernel<T>, k, kThreads, &grid), "sizing the grid");
+    DR_CUDA_RETURN_IF_ERROR(
+        GridSize(BitmapSetKernel<T>, CeilDiv(k, kThreads), &grid, kThreads),
+        "sizing the grid");
     BitmapSetKernel<T><<<grid, kThreads, 0, s>>>(d_idx, k, words);
     DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching BitmapSetKernel");
   }
@@ -300,8 +274,9 @@ GpuStatus BitmapWriteT(const uint8_t* d_body, int64_t bytes, const void* d_scrat
     return Fail(cudaErrorInvalidValue, "bitmap scratch is smaller than BitmapDecodeScratchBytes");
   }
   int grid = 0;
-  DR_CUDA_RETURN_IF_ERROR(GridSize(BitmapCompactKernel<T>, words, kThreads, &grid),
-                          "sizing the grid");
+  DR_CUDA_RETURN_IF_ERROR(
+      GridSize(BitmapCompactKernel<T>, CeilDiv(words, kThreads), &grid, kThreads),
+      "sizing the grid");
   BitmapCompactKernel<T><<<grid, kThreads, 0, AsStream(stream)>>>(d_body, bytes, words,
                                                                   sc.offsets, d_out);
   DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching BitmapCompactKernel");
@@ -409,7 +384,9 @@ GpuStatus RleSizeT(const T* d_idx, int64_t k, void* d_scratch, size_t scratch_by
     return Fail(cudaErrorInvalidValue, "rle scratch is smaller than RleEncodeScratchBytes(k)");
   }
   int grid = 0;
-  DR_CUDA_RETURN_IF_ERROR(GridSize(RleSizeKernel<T>, k, kThreads, &grid), "sizing the grid");
+  DR_CUDA_RETURN_IF_ERROR(
+      GridSize(RleSizeKernel<T>, CeilDiv(k, kThreads), &grid, kThreads),
+      "sizing the grid");
   RleSizeKernel<T><<<grid, kThreads, 0, s>>>(d_idx, k, sc.counts);
   DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching RleSizeKernel");
   return ScanAndTotal(sc, k + 1, s, body_bytes);
@@ -426,7 +403,9 @@ GpuStatus RleWriteT(const T* d_idx, int64_t k, const void* d_scratch, size_t scr
     return Fail(cudaErrorInvalidValue, "rle scratch is smaller than RleEncodeScratchBytes(k)");
   }
   int grid = 0;
-  DR_CUDA_RETURN_IF_ERROR(GridSize(RleWriteKernel<T>, k, kThreads, &grid), "sizing the grid");
+  DR_CUDA_RETURN_IF_ERROR(
+      GridSize(RleWriteKernel<T>, CeilDiv(k, kThreads), &grid, kThreads),
+      "sizing the grid");
   RleWriteKernel<T><<<grid, kThreads, 0, AsStream(stream)>>>(d_idx, k, sc.offsets, d_body);
   DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching RleWriteKernel");
   return Ok();
@@ -449,14 +428,16 @@ GpuStatus RleDecodeT(const uint8_t* d_body, int64_t bytes, int64_t k, uint64_t n
   }
   const int64_t chunks = (bytes + kRleChunkBytes - 1) / kRleChunkBytes;
   int grid = 0;
-  DR_CUDA_RETURN_IF_ERROR(GridSize(RleScanKernel, chunks * rle::kEntries, kThreads, &grid),
-                          "sizing the grid");
+  DR_CUDA_RETURN_IF_ERROR(
+      GridSize(RleScanKernel, CeilDiv(chunks * rle::kEntries, kThreads), &grid, kThreads),
+      "sizing the grid");
   RleScanKernel<<<grid, kThreads, 0, s>>>(d_body, bytes, chunks, sc.scans);
   DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching RleScanKernel");
   RleResolveKernel<<<1, 1, 0, s>>>(sc.scans, chunks, sc.plans, sc.totals);
   DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching RleResolveKernel");
-  DR_CUDA_RETURN_IF_ERROR(GridSize(RleDecodeChunksKernel<T>, chunks, kThreads, &grid),
-                          "sizing the grid");
+  DR_CUDA_RETURN_IF_ERROR(
+      GridSize(RleDecodeChunksKernel<T>, CeilDiv(chunks, kThreads), &grid, kThreads),
+      "sizing the grid");
   RleDecodeChunksKernel<T><<<grid, kThreads, 0, s>>>(d_body, bytes, chunks, sc.plans, k, n,
                                                      d_out, sc.decoded);
   DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching RleDecodeChunksKernel");
@@ -479,8 +460,6 @@ int64_t NumBlocks(int64_t k, int log2_block) {
 // w + warps, ...), so a block of 2^12 indices is summed, written and staged
 // by 32 lanes instead of one thread. Every lane runs the same control flow
 // (the sums are reduced to all lanes), so the full-mask shuffles are safe.
-constexpr int kWarp = 32;
-constexpr unsigned kFullMask = 0xffffffffu;
 // Per-warp shared staging of one block's stream bytes (encode: ORed bit by
 // bit, then copied out; decode: copied in, then read by one lane). Larger
 // blocks (big explicit block sizes, huge gaps) take the global-memory path,
@@ -887,8 +866,10 @@ GpuStatus GolombSizeT(const T* d_idx, int64_t k, int log2_block, void* d_scratch
   }
   int32_t* param = static_cast<int32_t*>(d_scratch);
   int grid = 0;
-  DR_CUDA_RETURN_IF_ERROR(GridSize(GolombPlanKernel<T>, blocks * kWarp, kGolombThreads, &grid),
-                          "sizing the grid");
+  DR_CUDA_RETURN_IF_ERROR(
+      GridSize(GolombPlanKernel<T>, CeilDiv(blocks * kWarp, kGolombThreads), &grid,
+               kGolombThreads),
+      "sizing the grid");
   GolombPlanKernel<T><<<grid, kGolombThreads, 0, s>>>(d_idx, k, log2_block, blocks, param,
                                                       sc.counts);
   DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching GolombPlanKernel");
@@ -912,8 +893,9 @@ GpuStatus GolombAutoBlockT(const T* d_idx, int64_t k, uint64_t n, void* d_scratc
       const int64_t blocks = NumBlocks(k, log2);
       int grid = 0;
       DR_CUDA_RETURN_IF_ERROR(
-          GridSize(GolombCandidateKernel<T>, blocks * kWarp, kGolombThreads, &grid),
-                              "sizing the grid");
+          GridSize(GolombCandidateKernel<T>, CeilDiv(blocks * kWarp, kGolombThreads),
+                   &grid, kGolombThreads),
+          "sizing the grid");
       GolombCandidateKernel<T><<<grid, kGolombThreads, 0, s>>>(d_idx, k, log2, blocks,
                                                                totals + i);
       DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching GolombCandidateKernel");
@@ -949,14 +931,17 @@ GpuStatus GolombWriteT(const T* d_idx, int64_t k, const golomb::Layout& layout,
   const int64_t table_bytes =
       static_cast<int64_t>((layout.num_blocks * layout.entry_bits + 7) / 8);
   int grid = 0;
-  DR_CUDA_RETURN_IF_ERROR(GridSize(GolombTableKernel<T>, table_bytes, kThreads, &grid),
-                          "sizing the grid");
+  DR_CUDA_RETURN_IF_ERROR(
+      GridSize(GolombTableKernel<T>, CeilDiv(table_bytes, kThreads), &grid, kThreads),
+      "sizing the grid");
   GolombTableKernel<T><<<grid, kThreads, 0, s>>>(d_idx, layout, table_bytes, param, sc.offsets,
                                                  d_table);
   DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching GolombTableKernel");
   if (layout.stream_bytes == 0) return Ok();
-  DR_CUDA_RETURN_IF_ERROR(GridSize(GolombEncodeKernel<T>, blocks * kWarp, kGolombThreads, &grid),
-                          "sizing the grid");
+  DR_CUDA_RETURN_IF_ERROR(
+      GridSize(GolombEncodeKernel<T>, CeilDiv(blocks * kWarp, kGolombThreads), &grid,
+               kGolombThreads),
+      "sizing the grid");
   GolombEncodeKernel<T><<<grid, kGolombThreads, 0, s>>>(d_idx, k, layout.log2_block, blocks,
                                                         param, sc.offsets, d_stream);
   DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching GolombEncodeKernel");
@@ -985,8 +970,10 @@ GpuStatus GolombDecodeT(const uint8_t* d_stream, const uint64_t* h_table, int64_
                           "copying the block table to the device");
   DR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(flag, 0xff, sizeof(*flag), s), "clearing the error flag");
   int grid = 0;
-  DR_CUDA_RETURN_IF_ERROR(GridSize(GolombDecodeKernel<T>, blocks * kWarp, kGolombThreads, &grid),
-                          "sizing the grid");
+  DR_CUDA_RETURN_IF_ERROR(
+      GridSize(GolombDecodeKernel<T>, CeilDiv(blocks * kWarp, kGolombThreads), &grid,
+               kGolombThreads),
+      "sizing the grid");
   const uint64_t* first = table;
   const uint64_t* off = table + blocks;
   const uint64_t* param = off + blocks + 1;
@@ -1006,10 +993,6 @@ GpuStatus GolombDecodeT(const uint8_t* d_stream, const uint64_t* h_table, int64_
 
 // ------------------------------------------------------ public launchers --
 
-const char* ErrorString(int cuda_error) {
-  return cudaGetErrorString(static_cast<cudaError_t>(cuda_error));
-}
-
 GpuStatus WriteBytes(uint8_t* d_dst, const uint8_t* host_src, int len, void* stream) {
   if (len <= 0) return Ok();
   if (len > kMaxWriteBytes) return Fail(cudaErrorInvalidValue, "WriteBytes: more than 32 bytes");
@@ -1017,15 +1000,6 @@ GpuStatus WriteBytes(uint8_t* d_dst, const uint8_t* host_src, int len, void* str
   for (int i = 0; i < kMaxWriteBytes; ++i) bytes.b[i] = i < len ? host_src[i] : 0;
   WriteBytesKernel<<<1, kMaxWriteBytes, 0, AsStream(stream)>>>(bytes, len, d_dst);
   DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching WriteBytesKernel");
-  return Ok();
-}
-
-GpuStatus CopyToHost(void* host_dst, const void* d_src, size_t bytes, void* stream) {
-  if (bytes == 0) return Ok();
-  cudaStream_t s = AsStream(stream);
-  DR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_dst, d_src, bytes, cudaMemcpyDeviceToHost, s),
-                          "copying to the host");
-  DR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s), "copying to the host");
   return Ok();
 }
 
@@ -1059,7 +1033,9 @@ GpuStatus BitmapCount(const uint8_t* d_body, int64_t bytes, void* d_scratch,
     return Fail(cudaErrorInvalidValue, "bitmap scratch is smaller than BitmapDecodeScratchBytes");
   }
   int grid = 0;
-  DR_CUDA_RETURN_IF_ERROR(GridSize(BitmapCountKernel, words, kThreads, &grid), "sizing the grid");
+  DR_CUDA_RETURN_IF_ERROR(
+      GridSize(BitmapCountKernel, CeilDiv(words, kThreads), &grid, kThreads),
+      "sizing the grid");
   BitmapCountKernel<<<grid, kThreads, 0, s>>>(d_body, bytes, words, sc.counts);
   DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching BitmapCountKernel");
   return ScanAndTotal(sc, words + 1, s, total);
@@ -1159,7 +1135,6 @@ DR_INDEX_LAUNCHERS(int32_t)
 DR_INDEX_LAUNCHERS(int64_t)
 #undef DR_INDEX_LAUNCHERS
 #undef DR_GRID_STRIDE
-#undef DR_CUDA_RETURN_IF_ERROR
 
 }  // namespace gpu
 }  // namespace index

@@ -47,7 +47,7 @@ static_assert(kMaxHeaderBytes <= gpu::kMaxWriteBytes,
               "a payload header is written with one WriteBytes");
 
 absl::Status CudaStatus(const gpu::GpuStatus& s, const char* op) {
-  return gpu_util::CudaStatus<gpu::ErrorString>(s, op);
+  return gpu_util::CudaStatus(s, op);
 }
 
 }  // namespace
@@ -58,9 +58,8 @@ template <>
 struct HostBytes<GpuDevice> {
   absl::Status operator()(OpKernelContext* ctx, const uint8_t* src, int64_t bytes,
                           Tensor* holder, const uint8_t** host) const {
-    return gpu_util::CopyToPinnedHost<gpu::ErrorString>(ctx, gpu::CopyToHost, src, bytes,
-                                                        holder, host,
-                                                        "copying payload bytes to the host");
+    return gpu_util::CopyToPinnedHost(ctx, src, bytes, holder, host,
+                                      "copying payload bytes to the host");
   }
 };
 

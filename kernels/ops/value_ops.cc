@@ -7,12 +7,13 @@
 // i-th decoded value). Every decoder takes a payload and returns the K values.
 //
 // A codec of the table (kernels="value") whose struct does not set kOwnOps
-// (kernels/value/<name>.h; deflate) gets its op pair from the table:
+// (kernels/value/<name>.h; deflate, fp16, bf16) gets its op pair from the
+// table (an element-wise codec's, Codec::kValueBytes > 0, with exact sizes):
 //   DeepReduce><Codec>Encode(values: float[, seed: int64]) -> payload: uint8
 //       with one "<attr>: int = <default>" per attribute of its row
 //   DeepReduce><Codec>Decode(payload: uint8) -> values: float
-// The codecs with other inputs or outputs, or GPU kernels, are registered by
-// hand below.
+// The codecs with ops of their own (other inputs or outputs, device-side data
+// checks: polyfit, dexp, qsgd) are registered by hand below.
 #include <cstdint>
 #include <string>
 
@@ -54,24 +55,27 @@ absl::Status DecodeShape(InferenceContext* c) {
   return absl::OkStatus();
 }
 
-// fp16/bf16: the payload is the header plus 2 bytes per value, both ways.
-absl::Status HalfEncodeShape(InferenceContext* c) {
+// An element-wise codec (Codec::kValueBytes > 0: fp16, bf16): the payload
+// is the header plus kValueBytes bytes per value, both ways.
+template <typename Codec>
+absl::Status ElementwiseEncodeShape(InferenceContext* c) {
   ShapeHandle values;
   TF_RETURN_IF_ERROR(EncodeShape(c, false, &values));
   DimensionHandle k = c->Dim(values, 0);
   c->set_output(0, c->Vector(c->ValueKnown(k)
-                                 ? value::kHeaderBytes + 2 * c->Value(k)
+                                 ? value::kHeaderBytes + Codec::kValueBytes * c->Value(k)
                                  : InferenceContext::kUnknownDim));
   return absl::OkStatus();
 }
 
-absl::Status HalfDecodeShape(InferenceContext* c) {
+template <typename Codec>
+absl::Status ElementwiseDecodeShape(InferenceContext* c) {
   ShapeHandle payload;
   TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 1, &payload));
   DimensionHandle n = c->Dim(payload, 0);
   if (c->ValueKnown(n) && c->Value(n) >= value::kHeaderBytes &&
-      (c->Value(n) - value::kHeaderBytes) % 2 == 0) {
-    c->set_output(0, c->Vector((c->Value(n) - value::kHeaderBytes) / 2));
+      (c->Value(n) - value::kHeaderBytes) % Codec::kValueBytes == 0) {
+    c->set_output(0, c->Vector((c->Value(n) - value::kHeaderBytes) / Codec::kValueBytes));
   } else {
     // A malformed size is left to the kernel, which names the problem.
     c->set_output(0, c->Vector(InferenceContext::kUnknownDim));
@@ -95,6 +99,7 @@ bool RegisterValueOps(const char* camel) {
       ShapeHandle seed;
       TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 0, &seed));
     }
+    if constexpr (Codec::kValueBytes > 0) return ElementwiseEncodeShape<Codec>(c);
     return UnknownPayload(c, false);
   });
   for (int i = 0; i < Args::kNumAttrs; ++i) {
@@ -102,7 +107,12 @@ bool RegisterValueOps(const char* camel) {
                 std::to_string(Args::kAttrs[i].default_value));
   }
   ::tensorflow::OpDefBuilder decode(prefix + "Decode");
-  decode.Input("payload: uint8").Output("values: float").SetShapeFn(DecodeShape);
+  decode.Input("payload: uint8").Output("values: float");
+  if constexpr (Codec::kValueBytes > 0) {
+    decode.SetShapeFn(ElementwiseDecodeShape<Codec>);
+  } else {
+    decode.SetShapeFn(DecodeShape);
+  }
   for (const ::tensorflow::OpDefBuilder& op : {encode, decode}) {
     ::tensorflow::OpRegistry::Global()->Register(
         [op](::tensorflow::OpRegistrationData* data) { return op.Finalize(data); });
@@ -189,25 +199,5 @@ REGISTER_OP("DeepReduce>QsgdDecode")
     .Input("payload: uint8")
     .Output("values: float")
     .SetShapeFn(DecodeShape);
-
-REGISTER_OP("DeepReduce>Fp16Encode")
-    .Input("values: float")
-    .Output("payload: uint8")
-    .SetShapeFn(HalfEncodeShape);
-
-REGISTER_OP("DeepReduce>Fp16Decode")
-    .Input("payload: uint8")
-    .Output("values: float")
-    .SetShapeFn(HalfDecodeShape);
-
-REGISTER_OP("DeepReduce>Bf16Encode")
-    .Input("values: float")
-    .Output("payload: uint8")
-    .SetShapeFn(HalfEncodeShape);
-
-REGISTER_OP("DeepReduce>Bf16Decode")
-    .Input("payload: uint8")
-    .Output("values: float")
-    .SetShapeFn(HalfDecodeShape);
 
 }  // namespace deepreduce

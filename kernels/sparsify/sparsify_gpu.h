@@ -21,19 +21,16 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/common/gpu_launch.h"
 #include "kernels/sparsify/sparsify.h"
 
 namespace deepreduce {
 namespace sparsify {
 namespace gpu {
 
-// cuda_error is a cudaError_t (0 == cudaSuccess); `step` names the failed call.
-struct GpuStatus {
-  int cuda_error;
-  const char* step;
-  bool ok() const { return cuda_error == 0; }
-};
-const char* ErrorString(int cuda_error);
+// GpuStatus, ErrorString, CopyToHost and (in .cu files) the launch helpers:
+// kernels/common/gpu_launch.h.
+using namespace ::deepreduce::gpu_launch;  // NOLINT
 
 enum class FloatKind : int { kHalf = 0, kBFloat16 = 1, kFloat32 = 2, kFloat64 = 3 };
 

@@ -30,51 +30,17 @@ namespace sparsify {
 namespace gpu {
 namespace {
 
-constexpr int kWarp = 32;
-// Threads per block of the streaming kernels: whole warps (the tile kernels
-// give one warp a tile). Grid sizes come from the occupancy API.
-constexpr int kThreads = 256;
-static_assert(kThreads % kWarp == 0, "kThreads must be whole warps");
+// Launch sizes (kThreads: whole warps, the tile kernels give one warp a tile;
+// GridSize: from the occupancy API), kWarp, kFullMask, kAlign:
+// kernels/common/gpu_launch.h.
 // A tile: the positions one warp handles in one grid-stride step: 32 steps of
 // 32 consecutive positions (lane l takes position base + 32 * step + l, so
 // every load is coalesced).
 constexpr int kTileSteps = 32;
 constexpr int64_t kTile = kTileSteps * kWarp;
-constexpr unsigned kFullMask = 0xffffffffu;
 constexpr int kMaxBins = 1 << kGpuLevelBits;
 // The bucket finder: one block, two bins per thread.
 constexpr int kFindThreads = kMaxBins / 2;
-constexpr size_t kAlign = 256;
-
-size_t AlignUp(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
-
-GpuStatus Ok() { return GpuStatus{0, ""}; }
-GpuStatus Fail(cudaError_t e, const char* step) {
-  return GpuStatus{static_cast<int>(e), step};
-}
-#define DR_CUDA_RETURN_IF_ERROR(expr, step)                 \
-  do {                                                      \
-    const cudaError_t dr_err_ = (expr);                     \
-    if (dr_err_ != cudaSuccess) return Fail(dr_err_, step); \
-  } while (0)
-
-cudaStream_t AsStream(void* stream) { return static_cast<cudaStream_t>(stream); }
-
-template <typename Kernel>
-cudaError_t GridSize(Kernel kernel, int64_t work_blocks, int* grid) {
-  int device = 0, sms = 0, per_sm = 0;
-  cudaError_t e = cudaGetDevice(&device);
-  if (e != cudaSuccess) return e;
-  e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  if (e != cudaSuccess) return e;
-  e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0);
-  if (e != cudaSuccess) return e;
-  const int64_t wave = static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1);
-  const int64_t g = work_blocks < wave ? work_blocks : wave;
-  *grid = static_cast<int>(g < 1 ? 1 : g);
-  return cudaSuccess;
-}
-
 // ------------------------------------------------------------------ keys --
 
 template <typename F>
@@ -838,10 +804,6 @@ GpuStatus SegSelect(const Keys& keys, uint64_t seed, bool random, const U* d_x,
 }
 
 }  // namespace
-
-const char* ErrorString(int cuda_error) {
-  return cudaGetErrorString(static_cast<cudaError_t>(cuda_error));
-}
 
 size_t ScratchBytes(int64_t n, GpuStatus* status) {
   Scratch sc;

@@ -27,7 +27,7 @@ using ::tensorflow::Tensor;
 using gpu_util::StreamOf;
 
 absl::Status CudaStatus(const gpu::GpuStatus& s, const char* op) {
-  return gpu_util::CudaStatus<gpu::ErrorString>(s, op);
+  return gpu_util::CudaStatus(s, op);
 }
 
 template <typename T>

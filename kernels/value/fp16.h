@@ -1,17 +1,50 @@
-// `fp16` value codec: IEEE half of each value (halfcast.h). Its CPU and GPU
-// OpKernels are its own (value_kernels.h: HalfEncodeOp, HalfDecodeOp).
+// `fp16` value codec: the IEEE half of each value (halfcast.h: round to
+// nearest even, NaN/Inf kept), a little-endian u16 per value after the
+// 16-byte header. A codec of the family's convention with GPU kernels
+// (value_format.h's CodecDefaults): its ops, CPU and GPU kernels and fuzz
+// target are generated from the codec table; its host code is below (an
+// element-wise codec: value_decode.h's ElementwiseCodec), its device code in
+// fp16.cu.
 #ifndef DEEPREDUCE_KERNELS_VALUE_FP16_H_
 #define DEEPREDUCE_KERNELS_VALUE_FP16_H_
 
+#include <cstdint>
+
+#include "kernels/common/gpu_launch.h"
+#include "kernels/value/halfcast.h"
+#include "kernels/value/value_decode.h"
 #include "kernels/value/value_format.h"
 
 namespace deepreduce {
 namespace value {
 namespace fp16 {
 
-// The codec's struct (value_format.h's CodecDefaults): ops and kernels of its own.
-struct Codec : CodecDefaults {
-  static constexpr bool kOwnOps = true;
+struct Codec : ElementwiseCodec<Codec, kCodecFp16, 2> {
+  // Every IEEE binary16 code is a float: an accepted payload re-encodes to its
+  // bytes, up to the quiet bit that the encoder sets in every NaN.
+  static constexpr bool kCanonical = true;
+  static void Canonicalize(uint64_t k, uint8_t* body, uint64_t /*bytes*/) {
+    for (uint64_t i = 0; i < k; ++i) {
+      const uint16_t h = GetU16(body + 2 * i);
+      if ((h & 0x7c00u) == 0x7c00u && (h & 0x03ffu) != 0) {
+        PutU16(body + 2 * i, static_cast<uint16_t>(h | 0x0200u));
+      }
+    }
+  }
+
+  static void EncodeRange(const float* v, int64_t begin, int64_t end, uint8_t* body) {
+    for (int64_t i = begin; i < end; ++i) PutU16(body + 2 * i, halfcast::FloatToFp16(v[i]));
+  }
+  static void DecodeRange(const uint8_t* body, int64_t begin, int64_t end, float* out) {
+    for (int64_t i = begin; i < end; ++i) out[i] = halfcast::Fp16ToFloat(GetU16(body + 2 * i));
+  }
+
+  // fp16.cu: value_format.h's GPU launchers (they do not synchronize).
+  static gpu_launch::GpuStatus EncodeGpu(const float* d_values, int64_t k, const EncodeArgs& a,
+                                         const HeaderBytes& header, uint8_t* d_payload,
+                                         uint64_t body_bytes, void* stream);
+  static gpu_launch::GpuStatus DecodeGpu(uint64_t k, const uint8_t* d_body, uint64_t bytes,
+                                         float* d_out, void* stream);
 };
 
 }  // namespace fp16

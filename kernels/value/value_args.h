@@ -151,11 +151,6 @@ inline absl::Status CheckMaxValues(const char* codec, uint64_t k, int64_t max_va
   return ToAbsl(core::CheckMaxValues(codec, k, max_values));
 }
 
-// Size check of a half payload whose header gave K.
-inline absl::Status CheckHalfSize(uint8_t codec, int64_t size, uint64_t k) {
-  return ToAbsl(core::CheckHalfSize(codec, size, k));
-}
-
 // Fixed fields and size of a qsgd payload whose header gave K; `p` holds at
 // least the first min(size, qsgd::kFixedBytes) bytes.
 inline absl::Status ParseQsgdFixed(const uint8_t* p, int64_t size, uint64_t k,

@@ -21,8 +21,8 @@
 namespace deepreduce {
 namespace value {
 
-// The table's wire id and name of a codec's struct:
-// CodecOf<<name>::Codec>::kId, ::kName.
+// The table's wire id and names of a codec's struct:
+// CodecOf<<name>::Codec>::kId, ::kName, ::kCamel (its ops' prefix).
 template <typename Codec>
 struct CodecOf;
 #define DR_VALUE_CODEC_OF(name, Camel, id, kernels) \
@@ -30,6 +30,7 @@ struct CodecOf;
   struct CodecOf<name::Codec> {                     \
     static constexpr uint8_t kId = id;              \
     static constexpr const char* kName = #name;     \
+    static constexpr const char* kCamel = #Camel;   \
   };
 DR_VALUE_PAYLOAD_CODECS(DR_VALUE_CODEC_OF)
 #undef DR_VALUE_CODEC_OF

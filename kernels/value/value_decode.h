@@ -1,5 +1,6 @@
 // TensorFlow-free payload parsers and per-range decoders of the value codecs
-// (polyfit, dexp, qsgd, fp16, bf16; deflate follows the convention, deflate.h): the
+// (polyfit, dexp, qsgd; the element-wise codecs' host functions; deflate, fp16
+// and bf16 follow the convention: deflate.h, fp16.h, bf16.h): the
 // code the CPU kernels (value_kernels.cc) run, also compiled without TF by
 // the fuzz harness (kernels/fuzz/). Parsers check a payload held in host
 // memory and return ParseStatus with the text of the kernels'
@@ -96,26 +97,6 @@ inline ParseStatus CheckMaxValues(const char* codec, uint64_t k, int64_t max_val
                    "; raise max_values if this is genuine");
   }
   return ParseStatus();
-}
-
-// ------------------------------------------------------------ fp16/bf16 --
-
-// Size check of a half payload whose header gave K.
-inline ParseStatus CheckHalfSize(uint8_t codec, int64_t size, uint64_t k) {
-  const uint64_t want = kHeaderBytes + 2 * k;
-  if (want != static_cast<uint64_t>(size)) {
-    return SizeMismatch(CodecName(codec), size, want, "K = " + std::to_string(k));
-  }
-  return ParseStatus();
-}
-
-// Values [begin, end) of a checked half payload's body `src` (at kHeaderBytes).
-template <uint8_t kCodec>
-inline void DecodeHalfRange(const uint8_t* src, int64_t begin, int64_t end, float* out) {
-  for (int64_t i = begin; i < end; ++i) {
-    const uint16_t h = GetU16(src + 2 * i);
-    out[i] = kCodec == kCodecFp16 ? halfcast::Fp16ToFloat(h) : halfcast::Bf16ToFloat(h);
-  }
 }
 
 // ---------------------------------------------------------------- qsgd --
@@ -381,6 +362,45 @@ inline void DecodeDexpRange(const dexp::Coefs c[2], uint64_t pos, uint64_t k, in
 }
 
 }  // namespace core
+
+// ---------------------------------------------------------- element-wise --
+
+// The host functions of an element-wise codec (value_format.h's kValueBytes),
+// derived from its struct's EncodeRange and DecodeRange:
+//   struct Codec : ElementwiseCodec<Codec, kCodec<Camel>, 2> { ... };
+// The body is exactly kBytes bytes per value; any such body decodes.
+template <typename Derived, uint8_t kId, int64_t kBytes>
+struct ElementwiseCodec : CodecDefaults {
+  static constexpr int64_t kValueBytes = kBytes;
+  static constexpr uint64_t kValuesPerByte = 1;
+
+  static ParseStatus BodyBytes(const float* /*v*/, int64_t k, const EncodeArgs& /*a*/,
+                               uint64_t* bytes) {
+    *bytes = static_cast<uint64_t>(kBytes) * static_cast<uint64_t>(k);
+    return ParseStatus();
+  }
+  static ParseStatus EncodeBody(const float* v, int64_t k, const EncodeArgs& /*a*/,
+                                uint8_t* body, uint64_t /*capacity*/, uint64_t* written) {
+    Derived::EncodeRange(v, 0, k, body);
+    *written = static_cast<uint64_t>(kBytes) * static_cast<uint64_t>(k);
+    return ParseStatus();
+  }
+  // k <= kMaxWireValues (the header's check): no overflow.
+  static ParseStatus CheckBody(uint64_t k, const uint8_t* /*body*/, uint64_t bytes) {
+    const uint64_t want = static_cast<uint64_t>(kBytes) * k;
+    if (want != bytes) {
+      return core::SizeMismatch(CodecName(kId), static_cast<int64_t>(kHeaderBytes + bytes),
+                          kHeaderBytes + want, "K = " + std::to_string(k));
+    }
+    return ParseStatus();
+  }
+  static ParseStatus DecodeBody(uint64_t k, const uint8_t* body, uint64_t /*bytes*/,
+                                float* out) {
+    Derived::DecodeRange(body, 0, static_cast<int64_t>(k), out);
+    return ParseStatus();
+  }
+};
+
 }  // namespace value
 }  // namespace deepreduce
 

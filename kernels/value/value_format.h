@@ -82,6 +82,20 @@ DR_HOST_DEVICE void WriteHeader(uint8_t* p, uint8_t codec, uint64_t k) {
 // IntAttr, kMaxAttrs, EncodeArgs and OpArgsOf: kernels/common/codec_table.h,
 // generated from the codec table.
 
+// The header's 16 bytes by value: what a GPU encoder writes at the start of
+// the payload (device code copies them; no host buffer to keep alive).
+struct HeaderBytes {
+  uint8_t bytes[kHeaderBytes];
+};
+DR_HOST_DEVICE HeaderBytes MakeHeader(uint8_t codec, uint64_t k) {
+  HeaderBytes h;
+  WriteHeader(h.bytes, codec, k);
+  return h;
+}
+DR_HOST_DEVICE void CopyHeader(const HeaderBytes& h, uint8_t* payload) {
+  for (int64_t j = 0; j < kHeaderBytes; ++j) payload[j] = h.bytes[j];
+}
+
 // The part of a codec's struct <name>::Codec (in kernels/value/<name>.h, one
 // per codec of the table with kernels="value") that the family's generated
 // registrations read; a codec's struct derives from this. By default a codec's
@@ -89,12 +103,15 @@ DR_HOST_DEVICE void WriteHeader(uint8_t* p, uint8_t codec, uint64_t k) {
 //   DeepReduce><Camel>Encode(values: float[, seed: int64]) -> payload: uint8
 //       with one attribute "<name>: int = <default>" per row attr
 //   DeepReduce><Camel>Decode(payload: uint8) -> values: float
-// run by the family's generic CPU OpKernels (value_kernels.cc) and the fuzz
-// harness's generic target over the struct's TF-free host code, K values
-// after the 16-byte header (WriteHeader):
+// run by the family's generic OpKernels (value_kernels.h: EncodeOp, DecodeOp,
+// one class for every device; their CPU functors in value_kernels.cc, GPU
+// functors in value_kernels_gpu.cc) and the fuzz harness's generic target over
+// the struct's TF-free host code, K values after the 16-byte header
+// (WriteHeader):
 //   // The bytes to reserve for the body of these K values: its exact length
 //   // or a bound (a compressor's), or the error for values the format cannot
-//   // hold (NaN/Inf in a lossy model).
+//   // hold (NaN/Inf in a lossy model). On the GPU v is nullptr: the size of
+//   // a GPU codec's body depends on K and the arguments only, and is exact.
 //   static ParseStatus BodyBytes(const float* v, int64_t k, const EncodeArgs& a,
 //                                uint64_t* bytes);
 //   // Writes the body into those `capacity` bytes; *written: its length.
@@ -102,24 +119,52 @@ DR_HOST_DEVICE void WriteHeader(uint8_t* p, uint8_t codec, uint64_t k) {
 //                                 uint8_t* body, uint64_t capacity, uint64_t* written);
 //   // Before anything is allocated: can a body of `bytes` bytes hold k
 //   // values? (At most kValuesPerByte per byte, plus 16: the fuzz harness's
-//   // allocation bound.)
+//   // allocation bound.) On the GPU `body` holds only the first
+//   // min(bytes, kCheckBytes) bytes (copied to the host).
 //   static ParseStatus CheckBody(uint64_t k, const uint8_t* body, uint64_t bytes);
 //   static ParseStatus DecodeBody(uint64_t k, const uint8_t* body, uint64_t bytes,
 //                                 float* out);
-//   // True if every payload it accepts re-encodes to exactly its bytes (the
-//   // fuzz harness checks it, with the arguments ArgsOf reads from the body:
+//   // True if every payload it accepts re-encodes to exactly its bytes, once
+//   // Canonicalize has run over its body (the fuzz harness checks it, with
+//   // the arguments ArgsOf reads from the body:
 //   // static bool ArgsOf(uint64_t k, const uint8_t* body, uint64_t bytes,
 //   //                    EncodeArgs* a); needed only by a canonical codec with
 //   // attributes or a seed).
 //   static constexpr bool kCanonical = ...;
-// A codec whose ops take other inputs or outputs (polyfit, dexp: perm; qsgd:
-// the seed and its attributes before this convention had them) or run on the
-// GPU (fp16, bf16, polyfit, dexp, qsgd) sets kOwnOps: its ops and OpKernels are
-// registered by hand in kernels/ops/value_ops.cc and value_kernels*.cc, its
-// fuzz target specializes FuzzValueCodec.
+// An element-wise codec (fp16, bf16) sets kValueBytes: its body is exactly
+// kValueBytes bytes per value, and its struct also has
+//   static void EncodeRange(const float* v, int64_t begin, int64_t end, uint8_t* body);
+//   static void DecodeRange(const uint8_t* body, int64_t begin, int64_t end, float* out);
+// (value i's bytes at body + kValueBytes * i; value_decode.h's
+// ElementwiseCodec derives the four functions above from them), which the
+// generic CPU kernels run on the thread pool; the generated shape functions
+// know its payload's size.
+// A codec whose table row says gpu=True also declares, TF-free and CUDA-free,
+// the launchers of its CUDA kernels, defined in kernels/value/<name>.cu (no TF
+// headers; kernels/common/gpu_launch.h's helpers), which the generic GPU
+// functors call on the op's stream, without synchronizing:
+//   // The whole payload: `header` (MakeHeader) and the body of body_bytes
+//   // (BodyBytes) bytes, from the k values at d_values.
+//   static gpu_launch::GpuStatus EncodeGpu(const float* d_values, int64_t k,
+//       const EncodeArgs& a, const HeaderBytes& header, uint8_t* d_payload,
+//       uint64_t body_bytes, void* stream);
+//   // The k values of a body that CheckBody accepted (every such body
+//   // decodes: data checks that need the body belong to CheckBody).
+//   static gpu_launch::GpuStatus DecodeGpu(uint64_t k, const uint8_t* d_body,
+//       uint64_t bytes, float* d_out, void* stream);
+// and reads at most kCheckBytes of the body in CheckBody.
+// A codec whose ops take other inputs or outputs (polyfit, dexp: perm), whose
+// decoder checks data on the device (qsgd: scales, codes and padding) or whose
+// GPU encoder needs the host between steps (polyfit, dexp) sets kOwnOps: its
+// ops and OpKernels are registered by hand in kernels/ops/value_ops.cc and
+// value_kernels*.cc (GPU: value_kernels_gpu.cc, value_kernels.cu, value_gpu.h),
+// its fuzz target specializes FuzzValueCodec.
 struct CodecDefaults {
   static constexpr bool kOwnOps = false;
   static constexpr uint64_t kValuesPerByte = 8;
+  static constexpr int64_t kValueBytes = 0;
+  static constexpr uint64_t kCheckBytes = 0;
+  static void Canonicalize(uint64_t /*k*/, uint8_t* /*body*/, uint64_t /*bytes*/) {}
 };
 
 // Finite test by bits: identical on host and device, immune to fast-math.

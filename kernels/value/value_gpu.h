@@ -1,5 +1,7 @@
-// CUDA launchers of the value codecs: plain C++ declarations with no
-// TensorFlow and no CUDA headers, so that both the TF OpKernels
+// CUDA launchers of the value codecs with ops of their own (qsgd, polyfit,
+// dexp; the codecs of the family's convention declare theirs in their struct,
+// kernels/value/<name>.h, and define them in <name>.cu): plain C++
+// declarations with no TensorFlow and no CUDA headers, so that both the TF OpKernels
 // (value_kernels_gpu.cc, g++) and the standalone test (tests/cuda/, nvcc) can
 // call the kernels in value_kernels.cu.
 //
@@ -12,7 +14,7 @@
 //     it. A launcher that returns something to the host says so and
 //     synchronizes the stream; the others only enqueue work.
 //   * The bytes written are those of the CPU kernels: the per-element code
-//     (halfcast.h, qsgd.h, polyfit.h, lsq.h, dexp.h) is the same source
+//     (qsgd.h, polyfit.h, lsq.h, dexp.h) is the same source
 //     compiled for the device, and the payload layouts are the ones
 //     documented there. Exception: dexp encode, whose amplitudes depend on
 //     exp() (CUDA's and glibc's may differ in the last bit; see dexp.h).
@@ -30,6 +32,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/common/gpu_launch.h"
 #include "kernels/value/dexp.h"
 #include "kernels/value/polyfit.h"
 
@@ -37,27 +40,9 @@ namespace deepreduce {
 namespace value {
 namespace gpu {
 
-// Outcome of a launcher: cuda_error is a cudaError_t (0 == cudaSuccess) and
-// `step` names the call that failed. ErrorString() turns the code into text.
-struct GpuStatus {
-  int cuda_error;
-  const char* step;
-  bool ok() const { return cuda_error == 0; }
-};
-const char* ErrorString(int cuda_error);
-
-// ------------------------------------------------------------ fp16/bf16 --
-
-// Writes the whole payload (16-byte header + K little-endian u16 codes) of
-// the k values at d_values to d_payload (kHeaderBytes + 2k bytes).
-// codec is kCodecFp16 or kCodecBf16. Does not synchronize.
-GpuStatus HalfEncode(uint8_t codec, const float* d_values, int64_t k,
-                     uint8_t* d_payload, void* stream);
-
-// Decodes the K codes of a checked payload (d_payload: kHeaderBytes + 2k
-// bytes) into d_out. Does not synchronize.
-GpuStatus HalfDecode(uint8_t codec, const uint8_t* d_payload, int64_t k,
-                     float* d_out, void* stream);
+// GpuStatus, ErrorString, CopyToHost and (in .cu files) the launch helpers:
+// kernels/common/gpu_launch.h.
+using namespace ::deepreduce::gpu_launch;  // NOLINT
 
 // ---------------------------------------------------------------- qsgd --
 
@@ -200,11 +185,6 @@ struct DexpFitResult {
 // exp() differs (see dexp.h).
 GpuStatus DexpFit(const float* d_y, int64_t k, int64_t p_count, uint8_t* d_payload,
                   void* d_scratch, size_t scratch_bytes, void* stream, DexpFitResult* result);
-
-// ----------------------------------------------------------------- misc --
-
-// Copies `bytes` bytes from device to host and synchronizes the stream.
-GpuStatus CopyToHost(void* host_dst, const void* d_src, size_t bytes, void* stream);
 
 }  // namespace gpu
 }  // namespace value

@@ -1,7 +1,8 @@
-// CPU kernels of the value codecs: the CPU functors of the OpKernels that are
-// shared with the GPU (value_kernels.h: polyfit, dexp, qsgd, fp16, bf16), the
-// generic OpKernels of the codecs that follow the family's convention
-// (deflate: value_format.h's CodecDefaults), and the CPU registrations.
+// CPU kernels of the value codecs: the CPU functors of the OpKernels, which
+// are shared with the GPU (value_kernels.h: the generic ones of the codecs
+// that follow the family's convention, value_format.h's CodecDefaults:
+// deflate, fp16, bf16; and polyfit's, dexp's and qsgd's), and the CPU
+// registrations.
 // Per-element and per-segment logic comes from the codec headers and is
 // shared with CUDA code; this file adds sorting and threading. Every decoder
 // checks the header and every length against the buffer it holds before
@@ -20,7 +21,6 @@
 #include "kernels/common/devices.h"
 #include "kernels/common/parse_status_tf.h"
 #include "kernels/value/dexp.h"
-#include "kernels/value/halfcast.h"
 #include "kernels/value/lsq.h"
 #include "kernels/value/polyfit.h"
 #include "kernels/value/qsgd.h"
@@ -79,13 +79,6 @@ absl::Status CheckValues(OpKernelContext* ctx, const Tensor& t, const char* code
   const int64_t bad = FirstNonFinite(ctx, v, k);
   if (bad < k) return NonFiniteValue(codec, bad, v[bad]);
   return absl::OkStatus();
-}
-
-// The common header: magic, codec, version, flags, K. Returns K.
-absl::Status ParseHeader(const Tensor& payload, uint8_t codec, uint64_t* k) {
-  absl::Status s = CheckPayloadShape(payload, codec);
-  if (!s.ok()) return s;
-  return ParseHeaderBytes(payload.flat<uint8_t>().data(), payload.NumElements(), codec, k);
 }
 
 // ------------------------------------------------------------- sorting --
@@ -171,33 +164,58 @@ struct HostBytes<CpuDevice> {
   }
 };
 
-// ----------------------------------------------------------- fp16/bf16 --
+// ------------------------------------------------------------- generic --
 
-template <uint8_t kCodec>
-struct HalfEncode<CpuDevice, kCodec> {
+// The codec's host code: the body into a buffer of body_bytes bytes (a bound
+// or exact), the payload its prefix (no copy); an element-wise codec's ranges
+// on the thread pool, straight into the output.
+template <typename Codec>
+struct CodecEncode<CpuDevice, Codec> {
   absl::Status operator()(OpKernelContext* ctx, const float* v, int64_t k,
-                          uint8_t* out) const {
-    WriteHeader(out, kCodec, static_cast<uint64_t>(k));
-    uint8_t* dst = out + kHeaderBytes;
-    CpuPool(ctx)->ParallelFor(k, 4, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        PutU16(dst + 2 * i, kCodec == kCodecFp16 ? halfcast::FloatToFp16(v[i])
-                                                 : halfcast::FloatToBf16(v[i]));
+                          const EncodeArgs& args, uint64_t body_bytes) const {
+    const char* name = CodecOf<Codec>::kName;
+    const int64_t size = kHeaderBytes + static_cast<int64_t>(body_bytes);
+    if constexpr (Codec::kValueBytes > 0) {
+      Tensor* payload_t = nullptr;
+      TF_RETURN_IF_ERROR(ctx->allocate_output(0, TensorShape({size}), &payload_t));
+      uint8_t* p = payload_t->flat<uint8_t>().data();
+      WriteHeader(p, CodecOf<Codec>::kId, static_cast<uint64_t>(k));
+      uint8_t* body = p + kHeaderBytes;
+      CpuPool(ctx)->ParallelFor(k, 4, [&](int64_t begin, int64_t end) {
+        Codec::EncodeRange(v, begin, end, body);
+      });
+      return absl::OkStatus();
+    } else {
+      Tensor buf_t;
+      TF_RETURN_IF_ERROR(ctx->allocate_temp(tensorflow::DT_UINT8, TensorShape({size}), &buf_t));
+      uint8_t* p = buf_t.flat<uint8_t>().data();
+      WriteHeader(p, CodecOf<Codec>::kId, static_cast<uint64_t>(k));
+      uint64_t written = 0;
+      TF_RETURN_IF_ERROR(
+          ToAbsl(Codec::EncodeBody(v, k, args, p + kHeaderBytes, body_bytes, &written)));
+      if (written > body_bytes) {
+        return absl::InternalError(std::string(name) + ": the encoder wrote " +
+                                   std::to_string(written) + " bytes into " +
+                                   std::to_string(body_bytes));
       }
-    });
-    return absl::OkStatus();
+      ctx->set_output(0, buf_t.Slice(0, kHeaderBytes + static_cast<int64_t>(written)));
+      return absl::OkStatus();
+    }
   }
 };
 
-template <uint8_t kCodec>
-struct HalfDecode<CpuDevice, kCodec> {
-  absl::Status operator()(OpKernelContext* ctx, const uint8_t* payload, int64_t k,
+template <typename Codec>
+struct CodecDecode<CpuDevice, Codec> {
+  absl::Status operator()(OpKernelContext* ctx, uint64_t k, const uint8_t* body, uint64_t bytes,
                           float* out) const {
-    const uint8_t* src = payload + kHeaderBytes;
-    CpuPool(ctx)->ParallelFor(k, 4, [&](int64_t begin, int64_t end) {
-      core::DecodeHalfRange<kCodec>(src, begin, end, out);
-    });
-    return absl::OkStatus();
+    if constexpr (Codec::kValueBytes > 0) {
+      CpuPool(ctx)->ParallelFor(static_cast<int64_t>(k), 4, [&](int64_t begin, int64_t end) {
+        Codec::DecodeRange(body, begin, end, out);
+      });
+      return absl::OkStatus();
+    } else {
+      return ToAbsl(Codec::DecodeBody(k, body, bytes, out));
+    }
   }
 };
 
@@ -397,86 +415,6 @@ struct SortDescending<CpuDevice, Tidx> {
 
 namespace {
 
-// ------------------------------------------------------------- generic --
-// The OpKernels of a codec of the table whose struct (kernels/value/<name>.h)
-// does not set kOwnOps: its TF-free host code on one thread, behind the
-// family's argument and header checks; the encoder's attributes and seed are
-// the table's (codec_table.h's OpArgsOf), checked here.
-
-template <typename Codec>
-class EncodeOp : public OpKernel {
- public:
-  using Args = OpArgsOf<Codec>;
-
-  explicit EncodeOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    for (int i = 0; i < Args::kNumAttrs; ++i) {
-      const IntAttr& attr = Args::kAttrs[i];
-      int64_t v;
-      OP_REQUIRES_OK(ctx, ctx->GetAttr(attr.name, &v));
-      OP_REQUIRES(ctx, v >= attr.low && v <= attr.high,
-                  Invalid(std::string(CodecOf<Codec>::kName) + ": " + attr.name +
-                          " must lie in [" + std::to_string(attr.low) + ", " +
-                          std::to_string(attr.high) + "], got " + std::to_string(v)));
-      args_.attr[i] = v;
-    }
-  }
-
-  void Compute(OpKernelContext* ctx) override {
-    const char* name = CodecOf<Codec>::kName;
-    const Tensor& values_t = ctx->input(0);
-    OP_REQUIRES_OK(ctx, CheckValuesShape(values_t, name));
-    EncodeArgs args = args_;
-    if constexpr (Args::kSeeded) {
-      const Tensor& seed_t = ctx->input(1);
-      OP_REQUIRES(ctx, tensorflow::TensorShapeUtils::IsScalar(seed_t.shape()),
-                  Invalid(std::string(name) + ": seed must be a scalar, got shape " +
-                          seed_t.shape().DebugString()));
-      args.seed = static_cast<uint64_t>(seed_t.scalar<int64_t>()());
-    }
-    const int64_t k = values_t.NumElements();
-    const float* v = values_t.flat<float>().data();
-    uint64_t capacity = 0;
-    OP_REQUIRES_OK(ctx, ToAbsl(Codec::BodyBytes(v, k, args, &capacity)));
-    // The body goes to a scratch buffer of `capacity` bytes (exact, or a
-    // bound); the payload is its prefix: no copy either way.
-    Tensor buf_t;
-    OP_REQUIRES_OK(ctx, ctx->allocate_temp(
-                            tensorflow::DT_UINT8,
-                            TensorShape({kHeaderBytes + static_cast<int64_t>(capacity)}), &buf_t));
-    uint8_t* p = buf_t.flat<uint8_t>().data();
-    WriteHeader(p, CodecOf<Codec>::kId, static_cast<uint64_t>(k));
-    uint64_t written = 0;
-    OP_REQUIRES_OK(ctx, ToAbsl(Codec::EncodeBody(v, k, args, p + kHeaderBytes, capacity,
-                                                 &written)));
-    OP_REQUIRES(ctx, written <= capacity,
-                absl::InternalError(std::string(name) + ": the encoder wrote " +
-                                    std::to_string(written) + " bytes into " +
-                                    std::to_string(capacity)));
-    ctx->set_output(0, buf_t.Slice(0, kHeaderBytes + static_cast<int64_t>(written)));
-  }
-
- private:
-  EncodeArgs args_;
-};
-
-template <typename Codec>
-class DecodeOp : public OpKernel {
- public:
-  explicit DecodeOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
-
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& payload = ctx->input(0);
-    uint64_t k;
-    OP_REQUIRES_OK(ctx, ParseHeader(payload, CodecOf<Codec>::kId, &k));
-    const uint8_t* body = payload.flat<uint8_t>().data() + kHeaderBytes;
-    const uint64_t bytes = static_cast<uint64_t>(payload.NumElements() - kHeaderBytes);
-    OP_REQUIRES_OK(ctx, ToAbsl(Codec::CheckBody(k, body, bytes)));
-    Tensor* out_t = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({static_cast<int64_t>(k)}), &out_t));
-    OP_REQUIRES_OK(ctx, ToAbsl(Codec::DecodeBody(k, body, bytes, out_t->flat<float>().data())));
-  }
-};
-
 // Registers a codec's generic CPU kernels unless it has its own
 // (Codec::kOwnOps), the way REGISTER_KERNEL_BUILDER does.
 template <typename Codec>
@@ -490,13 +428,13 @@ bool RegisterGenericKernels(const char* camel) {
             .Device(::tensorflow::DEVICE_CPU)
             .Build(),
         "deepreduce::value::EncodeOp",
-        [](OpKernelConstruction* ctx) -> OpKernel* { return new EncodeOp<Codec>(ctx); });
+        [](OpKernelConstruction* ctx) -> OpKernel* { return new EncodeOp<CpuDevice, Codec>(ctx); });
     ::tensorflow::kernel_factory::OpKernelRegistrar(
         ::tensorflow::register_kernel::Name((prefix + "Decode").c_str())
             .Device(::tensorflow::DEVICE_CPU)
             .Build(),
         "deepreduce::value::DecodeOp",
-        [](OpKernelConstruction* ctx) -> OpKernel* { return new DecodeOp<Codec>(ctx); });
+        [](OpKernelConstruction* ctx) -> OpKernel* { return new DecodeOp<CpuDevice, Codec>(ctx); });
     return true;
   }
 }
@@ -529,10 +467,6 @@ DR_REGISTER_CPU("PolyfitDecode", PolyfitDecodeOp<CpuDevice>);
 DR_REGISTER_CPU("DexpDecode", DexpDecodeOp<CpuDevice>);
 DR_REGISTER_CPU("QsgdEncode", QsgdEncodeOp<CpuDevice>);
 DR_REGISTER_CPU("QsgdDecode", QsgdDecodeOp<CpuDevice>);
-DR_REGISTER_CPU("Fp16Encode", HalfEncodeOp<CpuDevice, kCodecFp16>);
-DR_REGISTER_CPU("Fp16Decode", HalfDecodeOp<CpuDevice, kCodecFp16>);
-DR_REGISTER_CPU("Bf16Encode", HalfEncodeOp<CpuDevice, kCodecBf16>);
-DR_REGISTER_CPU("Bf16Decode", HalfDecodeOp<CpuDevice, kCodecBf16>);
 #undef DR_REGISTER_CPU
 
 }  // namespace

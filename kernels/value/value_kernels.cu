@@ -1,9 +1,10 @@
-// CUDA kernels of the value codecs (fp16, bf16, qsgd; polyfit and dexp
-// encode and decode), behind the plain C++ launchers of value_gpu.h. No
-// TensorFlow headers: memory and the stream come from the caller. The
-// per-element and per-segment logic is that of halfcast.h, qsgd.h,
-// polyfit.h, lsq.h and dexp.h, shared with the CPU kernels, so both write the
-// same bytes (dexp: see dexp.h and DexpDecode).
+// CUDA kernels of the value codecs with ops of their own (qsgd; polyfit and
+// dexp encode and decode; fp16 and bf16 have theirs in fp16.cu, bf16.cu),
+// behind the plain C++ launchers of value_gpu.h. No TensorFlow headers:
+// memory and the stream come from the caller. The per-element and
+// per-segment logic is that of qsgd.h, polyfit.h, lsq.h and dexp.h, shared
+// with the CPU kernels, so both write the same bytes (dexp: see dexp.h and
+// DexpDecode).
 //
 // polyfit/dexp encode: CUB's stable radix sort on the CPU's sort key; the
 // fits in the fixed blocked order of polyfit.h / dexp.h (one thread per block
@@ -20,7 +21,6 @@
 #include "kernels/value/lsq.h"
 
 #include "kernels/value/dexp.h"
-#include "kernels/value/halfcast.h"
 #include "kernels/value/polyfit.h"
 #include "kernels/value/qsgd.h"
 #include "kernels/value/value_format.h"
@@ -31,13 +31,8 @@ namespace value {
 namespace gpu {
 namespace {
 
-constexpr int kWarp = 32;
-// Threads per block of every kernel here: a multiple of the warp size (the
-// bucket-max kernel works on whole warps). The grid size comes from the
-// occupancy API: at most one full wave; the grid-stride loops do the rest.
-constexpr int kThreads = 256;
-static_assert(kThreads % kWarp == 0, "kThreads must be whole warps");
-constexpr unsigned kFullMask = 0xffffffffu;
+// Launch sizes (kThreads, GridSize: at most one full occupancy wave, the
+// grid-stride loops do the rest), kWarp, kFullMask: kernels/common/gpu_launch.h.
 // qsgd: elements per bucket-max work item (one warp), so that one huge
 // bucket is still spread over many warps.
 constexpr int64_t kSliceElems = 8192;
@@ -45,42 +40,6 @@ constexpr int64_t kSliceElems = 8192;
 // are exactly w bytes, so every item starts on a byte boundary and owns its
 // bytes (the CPU packs 4096-element chunks: the same bit stream).
 constexpr int64_t kGroup = 8;
-
-GpuStatus Ok() { return GpuStatus{0, ""}; }
-GpuStatus Fail(cudaError_t e, const char* step) { return GpuStatus{static_cast<int>(e), step}; }
-#define DR_CUDA_RETURN_IF_ERROR(expr, step)                    \
-  do {                                                         \
-    const cudaError_t dr_err_ = (expr);                        \
-    if (dr_err_ != cudaSuccess) return Fail(dr_err_, step);    \
-  } while (0)
-
-cudaStream_t AsStream(void* stream) { return static_cast<cudaStream_t>(stream); }
-
-// Blocks of kThreads for `work_blocks` blocks' worth of work: at most one
-// full wave (SMs x resident blocks per SM, occupancy API), at least one.
-template <typename Kernel>
-cudaError_t GridSize(Kernel kernel, int64_t work_blocks, int* grid) {
-  int device = 0, sms = 0, per_sm = 0;
-  cudaError_t e = cudaGetDevice(&device);
-  if (e != cudaSuccess) return e;
-  e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  if (e != cudaSuccess) return e;
-  e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0);
-  if (e != cudaSuccess) return e;
-  const int64_t wave = static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1);
-  const int64_t g = work_blocks < wave ? work_blocks : wave;
-  *grid = static_cast<int>(g < 1 ? 1 : g);
-  return cudaSuccess;
-}
-
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-__device__ __forceinline__ int64_t GlobalThread() {
-  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-__device__ __forceinline__ int64_t GridThreads() {
-  return static_cast<int64_t>(gridDim.x) * blockDim.x;
-}
 
 // Up to 24 bytes of fixed payload fields, built on the host and written by
 // thread 0 of the first kernel (passed by value: no host buffer to keep
@@ -94,59 +53,6 @@ __device__ __forceinline__ void WritePrefix(const Prefix& p, uint8_t* out) {
   if (blockIdx.x == 0 && threadIdx.x == 0) {
     for (int j = 0; j < p.n; ++j) out[j] = p.bytes[j];
   }
-}
-
-// ------------------------------------------------------------ fp16/bf16 --
-
-// Grid-stride over the k values: thread t converts values t, t + stride, ...
-// into the u16 at payload byte 16 + 2i. Thread 0 also writes the header.
-template <uint8_t kCodec>
-__global__ void __launch_bounds__(kThreads)
-    HalfEncodeKernel(const float* __restrict__ v, int64_t k, Prefix header,
-                     uint8_t* __restrict__ payload) {
-  WritePrefix(header, payload);
-  uint8_t* dst = payload + kHeaderBytes;
-  for (int64_t i = GlobalThread(); i < k; i += GridThreads()) {
-    PutU16(dst + 2 * i, kCodec == kCodecFp16 ? halfcast::FloatToFp16(v[i])
-                                             : halfcast::FloatToBf16(v[i]));
-  }
-}
-
-// Grid-stride over the k codes: thread t decodes codes t, t + stride, ...
-template <uint8_t kCodec>
-__global__ void __launch_bounds__(kThreads)
-    HalfDecodeKernel(const uint8_t* __restrict__ payload, int64_t k,
-                     float* __restrict__ out) {
-  const uint8_t* src = payload + kHeaderBytes;
-  for (int64_t i = GlobalThread(); i < k; i += GridThreads()) {
-    const uint16_t h = GetU16(src + 2 * i);
-    out[i] = kCodec == kCodecFp16 ? halfcast::Fp16ToFloat(h) : halfcast::Bf16ToFloat(h);
-  }
-}
-
-template <uint8_t kCodec>
-GpuStatus HalfEncodeImpl(const float* d_values, int64_t k, uint8_t* d_payload,
-                         cudaStream_t s) {
-  Prefix header;
-  header.n = static_cast<int>(kHeaderBytes);
-  WriteHeader(header.bytes, kCodec, static_cast<uint64_t>(k));
-  int grid = 0;
-  DR_CUDA_RETURN_IF_ERROR(GridSize(HalfEncodeKernel<kCodec>, CeilDiv(k, kThreads), &grid),
-                          "sizing the half-encode grid");
-  HalfEncodeKernel<kCodec><<<grid, kThreads, 0, s>>>(d_values, k, header, d_payload);
-  DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching HalfEncodeKernel");
-  return Ok();
-}
-
-template <uint8_t kCodec>
-GpuStatus HalfDecodeImpl(const uint8_t* d_payload, int64_t k, float* d_out, cudaStream_t s) {
-  if (k == 0) return Ok();
-  int grid = 0;
-  DR_CUDA_RETURN_IF_ERROR(GridSize(HalfDecodeKernel<kCodec>, CeilDiv(k, kThreads), &grid),
-                          "sizing the half-decode grid");
-  HalfDecodeKernel<kCodec><<<grid, kThreads, 0, s>>>(d_payload, k, d_out);
-  DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching HalfDecodeKernel");
-  return Ok();
 }
 
 // ---------------------------------------------------------------- qsgd --
@@ -341,10 +247,6 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // ------------------------------------------------ polyfit / dexp encode --
-
-// Scratch sub-buffers start on this boundary (CUB wants 256-byte alignment).
-constexpr size_t kAlign = 256;
-size_t AlignUp(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 
 // Carves consecutive aligned sub-buffers out of one scratch allocation (or,
 // with base == nullptr, only adds up their sizes).
@@ -647,24 +549,6 @@ __global__ void DexpCombineKernel(const float* __restrict__ y, int64_t k, int64_
 }
 
 }  // namespace
-
-const char* ErrorString(int cuda_error) {
-  return cudaGetErrorString(static_cast<cudaError_t>(cuda_error));
-}
-
-GpuStatus HalfEncode(uint8_t codec, const float* d_values, int64_t k, uint8_t* d_payload,
-                     void* stream) {
-  if (codec == kCodecFp16) return HalfEncodeImpl<kCodecFp16>(d_values, k, d_payload, AsStream(stream));
-  if (codec == kCodecBf16) return HalfEncodeImpl<kCodecBf16>(d_values, k, d_payload, AsStream(stream));
-  return Fail(cudaErrorInvalidValue, "HalfEncode: codec is neither fp16 nor bf16");
-}
-
-GpuStatus HalfDecode(uint8_t codec, const uint8_t* d_payload, int64_t k, float* d_out,
-                     void* stream) {
-  if (codec == kCodecFp16) return HalfDecodeImpl<kCodecFp16>(d_payload, k, d_out, AsStream(stream));
-  if (codec == kCodecBf16) return HalfDecodeImpl<kCodecBf16>(d_payload, k, d_out, AsStream(stream));
-  return Fail(cudaErrorInvalidValue, "HalfDecode: codec is neither fp16 nor bf16");
-}
 
 size_t QsgdScratchBytes() { return sizeof(QsgdRecords); }
 
@@ -1149,17 +1033,6 @@ GpuStatus DexpFit(const float* d_y, int64_t k, int64_t p_count, uint8_t* d_paylo
   }
   return Ok();
 }
-
-GpuStatus CopyToHost(void* host_dst, const void* d_src, size_t bytes, void* stream) {
-  cudaStream_t st = AsStream(stream);
-  if (bytes == 0) return Ok();
-  DR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_dst, d_src, bytes, cudaMemcpyDeviceToHost, st),
-                          "copying to the host");
-  DR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(st), "copying to the host");
-  return Ok();
-}
-
-#undef DR_CUDA_RETURN_IF_ERROR
 
 }  // namespace gpu
 }  // namespace value

@@ -1,9 +1,9 @@
-// The OpKernels of the value codecs that run on the CPU and the GPU (fp16,
-// bf16, qsgd, polyfit, dexp; deflate follows the family's convention, with
-// generic CPU kernels in value_kernels.cc), one class per op for every device
-// (kernels/common/devices.h). Attribute, argument and header checks, payload
-// sizing, the polyfit plan, output allocation and every message are this
-// file's (the parsers: value_args.h and the TF-free value_decode.h); the
+// The OpKernels of the value codecs, one class per op for every device
+// (kernels/common/devices.h): the generic EncodeOp / DecodeOp of the codecs of
+// the family's convention (value_format.h's CodecDefaults: deflate, fp16,
+// bf16), and those of the codecs with ops of their own (qsgd, polyfit, dexp).
+// Attribute, argument and header checks, payload sizing, the polyfit plan,
+// output allocation and every message are this file's (the parsers: value_args.h and the TF-free value_decode.h); the
 // passes over the values and the payload bodies are the device's functors
 // (value_kernels.cc on the CPU, value_kernels_gpu.cc on the GPU).
 //
@@ -19,13 +19,16 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "absl/status/status.h"
 #include "kernels/common/devices.h"
+#include "kernels/common/parse_status_tf.h"
 #include "kernels/value/dexp.h"
 #include "kernels/value/polyfit.h"
 #include "kernels/value/qsgd.h"
 #include "kernels/value/value_args.h"
+#include "kernels/value/value_codecs.h"
 #include "kernels/value/value_format.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
@@ -43,13 +46,14 @@ namespace functor {
 template <typename Device>
 struct HostBytes;
 
-// HalfEncode<Device, kCodec>()(ctx, values, k, payload): the header and the
-// k fp16/bf16 codes. HalfDecode()(ctx, payload, k, out): the codes of a
-// checked payload.
-template <typename Device, uint8_t kCodec>
-struct HalfEncode;
-template <typename Device, uint8_t kCodec>
-struct HalfDecode;
+// CodecEncode<Device, Codec>()(ctx, values, k, args, body_bytes): output 0,
+// the payload of a codec of the convention: the header and the body (at most
+// body_bytes bytes: Codec::BodyBytes). CodecDecode<Device, Codec>()(ctx, k,
+// body, bytes, out): the k values of a body that Codec::CheckBody accepted.
+template <typename Device, typename Codec>
+struct CodecEncode;
+template <typename Device, typename Codec>
+struct CodecDecode;
 
 // QsgdEncode<Device>()(ctx, values, k, layout, seed, payload, &first_bad,
 // &bad_value): the whole payload of layout.size bytes, unless a value is
@@ -111,46 +115,86 @@ absl::Status ReadPrefix(tensorflow::OpKernelContext* ctx, int64_t cap,
                                       host);
 }
 
-// ----------------------------------------------------------- fp16/bf16 --
+// ------------------------------------------------------------- generic --
+// The OpKernels of a codec of the table whose struct (kernels/value/<name>.h)
+// does not set kOwnOps, for every device: attributes (the table's,
+// codec_table.h's OpArgsOf, checked against their bounds), seed, argument,
+// header and CheckBody checks and the sizes are written once here; the
+// device's functors (CodecEncode, CodecDecode) run the codec's host code (CPU)
+// or its CUDA launchers (GPU).
 
-template <typename Device, uint8_t kCodec>
-class HalfEncodeOp : public tensorflow::OpKernel {
+template <typename Device, typename Codec>
+class EncodeOp : public tensorflow::OpKernel {
  public:
-  explicit HalfEncodeOp(tensorflow::OpKernelConstruction* ctx) : OpKernel(ctx) {}
+  using Args = OpArgsOf<Codec>;
 
-  void Compute(tensorflow::OpKernelContext* ctx) override {
-    const tensorflow::Tensor& values_t = ctx->input(0);
-    OP_REQUIRES_OK(ctx, CheckValuesShape(values_t, CodecName(kCodec)));
-    const int64_t k = values_t.NumElements();
-    tensorflow::Tensor* payload_t = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, tensorflow::TensorShape({kHeaderBytes + 2 * k}),
-                                             &payload_t));
-    OP_REQUIRES_OK(ctx, functor::HalfEncode<Device, kCodec>()(
-                            ctx, values_t.flat<float>().data(), k,
-                            payload_t->flat<uint8_t>().data()));
+  explicit EncodeOp(tensorflow::OpKernelConstruction* ctx) : OpKernel(ctx) {
+    for (int i = 0; i < Args::kNumAttrs; ++i) {
+      const IntAttr& attr = Args::kAttrs[i];
+      int64_t v;
+      OP_REQUIRES_OK(ctx, ctx->GetAttr(attr.name, &v));
+      OP_REQUIRES(ctx, v >= attr.low && v <= attr.high,
+                  Invalid(std::string(CodecOf<Codec>::kName) + ": " + attr.name +
+                          " must lie in [" + std::to_string(attr.low) + ", " +
+                          std::to_string(attr.high) + "], got " + std::to_string(v)));
+      args_.attr[i] = v;
+    }
   }
+
+  // The seed is a host tensor on every device (HostMemory on the GPU).
+  void Compute(tensorflow::OpKernelContext* ctx) override {
+    const char* name = CodecOf<Codec>::kName;
+    const tensorflow::Tensor& values_t = ctx->input(0);
+    OP_REQUIRES_OK(ctx, CheckValuesShape(values_t, name));
+    EncodeArgs args = args_;
+    if constexpr (Args::kSeeded) {
+      const tensorflow::Tensor& seed_t = ctx->input(1);
+      OP_REQUIRES(ctx, tensorflow::TensorShapeUtils::IsScalar(seed_t.shape()),
+                  Invalid(std::string(name) + ": seed must be a scalar, got shape " +
+                          seed_t.shape().DebugString()));
+      args.seed = static_cast<uint64_t>(seed_t.scalar<int64_t>()());
+    }
+    const int64_t k = values_t.NumElements();
+    const float* v = values_t.flat<float>().data();
+    // Off the CPU the values are device memory: the body's size may depend
+    // on K and the arguments only.
+    constexpr bool kOnHost = std::is_same<Device, CpuDevice>::value;
+    uint64_t body_bytes = 0;
+    OP_REQUIRES_OK(ctx, ToAbsl(Codec::BodyBytes(kOnHost ? v : nullptr, k, args, &body_bytes)));
+    OP_REQUIRES_OK(ctx, functor::CodecEncode<Device, Codec>()(ctx, v, k, args, body_bytes));
+  }
+
+ private:
+  EncodeArgs args_;
 };
 
-template <typename Device, uint8_t kCodec>
-class HalfDecodeOp : public tensorflow::OpKernel {
+// The header and the first kCheckBytes of the body are read on the host (a
+// copy on the GPU); CheckBody accepts or rejects the payload before the
+// output is allocated.
+template <typename Device, typename Codec>
+class DecodeOp : public tensorflow::OpKernel {
  public:
-  explicit HalfDecodeOp(tensorflow::OpKernelConstruction* ctx) : OpKernel(ctx) {}
+  explicit DecodeOp(tensorflow::OpKernelConstruction* ctx) : OpKernel(ctx) {}
 
   void Compute(tensorflow::OpKernelContext* ctx) override {
+    constexpr uint8_t kId = CodecOf<Codec>::kId;
     const tensorflow::Tensor& payload = ctx->input(0);
-    OP_REQUIRES_OK(ctx, CheckPayloadShape(payload, kCodec));
-    tensorflow::Tensor holder;
-    const uint8_t* header = nullptr;
-    OP_REQUIRES_OK(ctx, ReadPrefix<Device>(ctx, kHeaderBytes, &holder, &header));
+    OP_REQUIRES_OK(ctx, CheckPayloadShape(payload, kId));
     const int64_t size = payload.NumElements();
+    tensorflow::Tensor holder;
+    const uint8_t* host = nullptr;
+    OP_REQUIRES_OK(ctx, ReadPrefix<Device>(
+                            ctx, kHeaderBytes + static_cast<int64_t>(Codec::kCheckBytes),
+                            &holder, &host));
     uint64_t k;
-    OP_REQUIRES_OK(ctx, ParseHeaderBytes(header, size, kCodec, &k));
-    OP_REQUIRES_OK(ctx, CheckHalfSize(kCodec, size, k));
+    OP_REQUIRES_OK(ctx, ParseHeaderBytes(host, size, kId, &k));
+    const uint64_t bytes = static_cast<uint64_t>(size - kHeaderBytes);
+    OP_REQUIRES_OK(ctx, ToAbsl(Codec::CheckBody(k, host + kHeaderBytes, bytes)));
     tensorflow::Tensor* out_t = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(
                             0, tensorflow::TensorShape({static_cast<int64_t>(k)}), &out_t));
-    OP_REQUIRES_OK(ctx, functor::HalfDecode<Device, kCodec>()(
-                            ctx, payload.flat<uint8_t>().data(), static_cast<int64_t>(k),
+    OP_REQUIRES_OK(ctx, functor::CodecDecode<Device, Codec>()(
+                            ctx, k, payload.flat<uint8_t>().data() + kHeaderBytes, bytes,
                             out_t->flat<float>().data()));
   }
 };

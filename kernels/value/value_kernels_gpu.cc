@@ -1,9 +1,11 @@
 // GPU half of the value codecs (CUDA build only: setup.py compiles *_gpu.cc
-// files when DEEPREDUCE_TF_CUDA=1): the GPU functors of the fp16/bf16, qsgd,
-// polyfit and dexp OpKernels, which are the CPU's (value_kernels.h: same
-// checks, sizes and messages), and their GPU registrations. The functors run
-// the CUDA kernels of value_kernels.cu through the launchers of value_gpu.h
-// on the op's stream; the OpKernels read headers and fixed fields on the
+// files when DEEPREDUCE_TF_CUDA=1): the GPU functors of the OpKernels, which
+// are the CPU's (value_kernels.h: same checks, sizes and messages), and their
+// GPU registrations. The generic functors of the codecs of the family's
+// convention run each codec's own launchers (kernels/value/<name>.cu; every
+// codec whose table row says gpu=True is registered here); those of qsgd,
+// polyfit and dexp run the CUDA kernels of value_kernels.cu through the
+// launchers of value_gpu.h on the op's stream; the OpKernels read headers and fixed fields on the
 // host from a copy of the payload's prefix (all of it for polyfit and dexp,
 // whose payloads are small); data checks (NaN/Inf values, qsgd scales, codes
 // and padding) run on the device and are reported after a small
@@ -14,10 +16,12 @@
 // decode once more to upload its segment tables. polyfit/dexp encode sync
 // after the sort (NaN/Inf record, sign split), polyfit's greedy segmentation
 // twice more (count, lengths: the payload size depends on them), and the fit
-// once (error record). fp16/bf16 encode never syncs.
+// once (error record). The generic encoders never sync; the generic decoders
+// once, for the header.
 //
 // Not here: deflate (CPU only by design): TF places it on the CPU.
 #include <cstdint>
+#include <string>
 #include <type_traits>
 
 #include "kernels/common/devices.h"
@@ -25,6 +29,7 @@
 #include "kernels/value/dexp.h"
 #include "kernels/value/polyfit.h"
 #include "kernels/value/value_args.h"
+#include "kernels/value/value_codecs.h"
 #include "kernels/value/value_format.h"
 #include "kernels/value/value_gpu.h"
 #include "kernels/value/value_kernels.h"
@@ -41,7 +46,7 @@ using gpu_util::AllocateScratch;
 using gpu_util::StreamOf;
 
 absl::Status CudaStatus(const gpu::GpuStatus& s, const char* op) {
-  return gpu_util::CudaStatus<gpu::ErrorString>(s, op);
+  return gpu_util::CudaStatus(s, op);
 }
 
 }  // namespace
@@ -52,33 +57,41 @@ template <>
 struct HostBytes<GpuDevice> {
   absl::Status operator()(OpKernelContext* ctx, const uint8_t* src, int64_t bytes,
                           Tensor* holder, const uint8_t** host) const {
-    return gpu_util::CopyToPinnedHost<gpu::ErrorString>(ctx, gpu::CopyToHost, src, bytes,
-                                                        holder, host,
-                                                        "copying payload bytes to the host");
+    return gpu_util::CopyToPinnedHost(ctx, src, bytes, holder, host,
+                                      "copying payload bytes to the host");
   }
 };
 
-// ----------------------------------------------------------- fp16/bf16 --
+// ------------------------------------------------------------- generic --
 
-template <uint8_t kCodec>
-struct HalfEncode<GpuDevice, kCodec> {
+// The codec's launchers (kernels/value/<name>.cu): the payload is exactly
+// the header and body_bytes (Codec::BodyBytes) bytes.
+template <typename Codec>
+struct CodecEncode<GpuDevice, Codec> {
   absl::Status operator()(OpKernelContext* ctx, const float* v, int64_t k,
-                          uint8_t* payload) const {
+                          const EncodeArgs& args, uint64_t body_bytes) const {
     void* stream = nullptr;
     TF_RETURN_IF_ERROR(StreamOf(ctx, &stream));
-    return CudaStatus(gpu::HalfEncode(kCodec, v, k, payload, stream),
-                      kCodec == kCodecFp16 ? "Fp16Encode" : "Bf16Encode");
+    Tensor* payload_t = nullptr;
+    TF_RETURN_IF_ERROR(ctx->allocate_output(
+        0, tensorflow::TensorShape({kHeaderBytes + static_cast<int64_t>(body_bytes)}),
+        &payload_t));
+    const std::string op = std::string(CodecOf<Codec>::kCamel) + "Encode";
+    return CudaStatus(Codec::EncodeGpu(v, k, args,
+                                       MakeHeader(CodecOf<Codec>::kId, static_cast<uint64_t>(k)),
+                                       payload_t->flat<uint8_t>().data(), body_bytes, stream),
+                      op.c_str());
   }
 };
 
-template <uint8_t kCodec>
-struct HalfDecode<GpuDevice, kCodec> {
-  absl::Status operator()(OpKernelContext* ctx, const uint8_t* payload, int64_t k,
+template <typename Codec>
+struct CodecDecode<GpuDevice, Codec> {
+  absl::Status operator()(OpKernelContext* ctx, uint64_t k, const uint8_t* body, uint64_t bytes,
                           float* out) const {
     void* stream = nullptr;
     TF_RETURN_IF_ERROR(StreamOf(ctx, &stream));
-    return CudaStatus(gpu::HalfDecode(kCodec, payload, k, out, stream),
-                      kCodec == kCodecFp16 ? "Fp16Decode" : "Bf16Decode");
+    const std::string op = std::string(CodecOf<Codec>::kCamel) + "Decode";
+    return CudaStatus(Codec::DecodeGpu(k, body, bytes, out, stream), op.c_str());
   }
 };
 
@@ -264,10 +277,6 @@ namespace {
   REGISTER_KERNEL_BUILDER(         \
       Name("DeepReduce>" name).Device(::tensorflow::DEVICE_GPU), __VA_ARGS__)
 
-DR_REGISTER_GPU("Fp16Encode", HalfEncodeOp<GpuDevice, kCodecFp16>);
-DR_REGISTER_GPU("Fp16Decode", HalfDecodeOp<GpuDevice, kCodecFp16>);
-DR_REGISTER_GPU("Bf16Encode", HalfEncodeOp<GpuDevice, kCodecBf16>);
-DR_REGISTER_GPU("Bf16Decode", HalfDecodeOp<GpuDevice, kCodecBf16>);
 DR_REGISTER_GPU("QsgdDecode", QsgdDecodeOp<GpuDevice>);
 DR_REGISTER_GPU("PolyfitDecode", PolyfitDecodeOp<GpuDevice>);
 DR_REGISTER_GPU("DexpDecode", DexpDecodeOp<GpuDevice>);
@@ -288,6 +297,41 @@ REGISTER_KERNEL_BUILDER(Name("DeepReduce>QsgdEncode")
                             .Device(::tensorflow::DEVICE_GPU)
                             .HostMemory("seed"),
                         QsgdEncodeOp<GpuDevice>);
+
+// Registers the generic GPU kernels of a codec of the table with gpu=True
+// unless it has its own (Codec::kOwnOps), the way REGISTER_KERNEL_BUILDER
+// does; a seeded encoder reads its seed on the host.
+template <typename Codec>
+bool RegisterGenericGpuKernels(const char* camel) {
+  if constexpr (Codec::kOwnOps) {
+    return false;
+  } else {
+    const std::string prefix = std::string("DeepReduce>") + camel;
+    ::tensorflow::register_kernel::Name encode((prefix + "Encode").c_str());
+    encode.Device(::tensorflow::DEVICE_GPU);
+    if (OpArgsOf<Codec>::kSeeded) encode.HostMemory("seed");
+    ::tensorflow::kernel_factory::OpKernelRegistrar(
+        encode.Build(), "deepreduce::value::EncodeOp",
+        [](tensorflow::OpKernelConstruction* ctx) -> tensorflow::OpKernel* {
+          return new EncodeOp<GpuDevice, Codec>(ctx);
+        });
+    ::tensorflow::kernel_factory::OpKernelRegistrar(
+        ::tensorflow::register_kernel::Name((prefix + "Decode").c_str())
+            .Device(::tensorflow::DEVICE_GPU)
+            .Build(),
+        "deepreduce::value::DecodeOp",
+        [](tensorflow::OpKernelConstruction* ctx) -> tensorflow::OpKernel* {
+          return new DecodeOp<GpuDevice, Codec>(ctx);
+        });
+    return true;
+  }
+}
+
+#define DR_REGISTER_VALUE_GPU(name, Camel, id, kernels)  \
+  [[maybe_unused]] const bool value_gpu_kernels_##name = \
+      RegisterGenericGpuKernels<name::Codec>(#Camel);
+DR_VALUE_GPU_CODECS(DR_REGISTER_VALUE_GPU)
+#undef DR_REGISTER_VALUE_GPU
 
 }  // namespace
 }  // namespace value

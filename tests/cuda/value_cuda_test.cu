@@ -28,7 +28,9 @@
 #include <string>
 #include <vector>
 
+#include "kernels/value/bf16.h"
 #include "kernels/value/dexp.h"
+#include "kernels/value/fp16.h"
 #include "kernels/value/halfcast.h"
 #include "kernels/value/lsq.h"
 #include "kernels/value/polyfit.h"
@@ -145,13 +147,32 @@ std::vector<uint8_t> RefHalfEncode(uint8_t codec, const std::vector<float>& v) {
   return out;
 }
 
+// The launchers of the fp16 and bf16 codecs' structs (fp16.cu, bf16.cu).
+deepreduce::gpu_launch::GpuStatus HalfEncode(uint8_t codec, const float* d_v, int64_t k,
+                                             uint8_t* d_payload, cudaStream_t stream) {
+  const dv::HeaderBytes header = dv::MakeHeader(codec, static_cast<uint64_t>(k));
+  const deepreduce::EncodeArgs args;
+  const uint64_t body = 2 * static_cast<uint64_t>(k);
+  return codec == dv::kCodecFp16
+             ? dv::fp16::Codec::EncodeGpu(d_v, k, args, header, d_payload, body, stream)
+             : dv::bf16::Codec::EncodeGpu(d_v, k, args, header, d_payload, body, stream);
+}
+
+deepreduce::gpu_launch::GpuStatus HalfDecode(uint8_t codec, const uint8_t* d_payload, int64_t k,
+                                             float* d_out, cudaStream_t stream) {
+  const uint8_t* body = d_payload + dv::kHeaderBytes;
+  const uint64_t n = static_cast<uint64_t>(k);
+  return codec == dv::kCodecFp16 ? dv::fp16::Codec::DecodeGpu(n, body, 2 * n, d_out, stream)
+                                 : dv::bf16::Codec::DecodeGpu(n, body, 2 * n, d_out, stream);
+}
+
 void RunHalf(uint8_t codec, int64_t k, cudaStream_t stream) {
   std::mt19937_64 rng(k * 3 + codec);
   const std::vector<float> v = RandomFloats(rng, k, false);
   const std::vector<uint8_t> want = RefHalfEncode(codec, v);
   DeviceBuffer d_v(4 * k), d_p(want.size());
   Upload(d_v, v);
-  CheckGpu(gpu::HalfEncode(codec, d_v.as<float>(), k, d_p.as<uint8_t>(), stream));
+  CheckGpu(HalfEncode(codec, d_v.as<float>(), k, d_p.as<uint8_t>(), stream));
   CheckCuda(cudaStreamSynchronize(stream), "HalfEncode");
   const std::vector<uint8_t> got = Download<uint8_t>(d_p, want.size());
   CHECK(FirstByteDiff(got, want) < 0,
@@ -169,7 +190,7 @@ void RunHalf(uint8_t codec, int64_t k, cudaStream_t stream) {
   }
   DeviceBuffer d_payload(payload.size()), d_out(4 * n);
   Upload(d_payload, payload);
-  CheckGpu(gpu::HalfDecode(codec, d_payload.as<uint8_t>() + 1, n, d_out.as<float>(), stream));
+  CheckGpu(HalfDecode(codec, d_payload.as<uint8_t>() + 1, n, d_out.as<float>(), stream));
   CheckCuda(cudaStreamSynchronize(stream), "HalfDecode");
   const std::vector<float> dec = Download<float>(d_out, n);
   CHECK(FirstBitDiff(dec, ref) < 0,

@@ -1,6 +1,7 @@
 """What a new index or value codec touches (docs/codecs.md, "Adding a codec"):
 its row in the codec table, its class, its header kernels/<family>/<name>.h and
-its numpy reference. Everything else derives from the table, so every row with
+its numpy reference; a value codec with GPU kernels also its CUDA source
+kernels/value/<name>.cu. Everything else derives from the table, so every row with
 kernels="index" or "value" is checked here for what it must get without being
 listed anywhere else: its two ops, their CPU kernels (for both index dtypes),
 GPU kernels exactly when the row says gpu=True (CUDA build), its fuzz target
@@ -33,6 +34,7 @@ INDEX_CODEC_FILES = ("deepreduce_tf/ops/codec_table.py", "deepreduce_tf/codecs/i
                      "kernels/index/<name>.h", "tests/index_reference.py")
 VALUE_CODEC_FILES = ("deepreduce_tf/ops/codec_table.py", "deepreduce_tf/codecs/value.py",
                      "kernels/value/<name>.h", "tests/value_reference.py")
+VALUE_GPU_CODEC_FILES = VALUE_CODEC_FILES + ("kernels/value/<name>.cu",)
 
 
 def _read(path):
@@ -59,9 +61,12 @@ FAMILY_FILES = {"kernels/ops/index_ops.cc": {f"IndexEncode{codec_table.camel(nam
                 "kernels/index/index_kernels_gpu.cc": set(),
                 "kernels/fuzz/decoders_fuzzer.cpp": set(),
                 "deepreduce_tf/ops/index.py": set()}
-VALUE_FAMILY_FILES = ("kernels/ops/value_ops.cc", "kernels/value/value_kernels.cc",
-                      "kernels/value/value_kernels_gpu.cc", "kernels/fuzz/decoders_fuzzer.cpp",
-                      "deepreduce_tf/ops/value.py")
+VALUE_FAMILY_FILES = ("kernels/ops/value_ops.cc", "kernels/value/value_kernels.h",
+                      "kernels/value/value_kernels.cc", "kernels/value/value_kernels_gpu.cc",
+                      "kernels/value/value_kernels.cu", "kernels/value/value_gpu.h",
+                      "kernels/fuzz/decoders_fuzzer.cpp", "deepreduce_tf/ops/value.py")
+# The value codecs of the convention with GPU kernels: kernels/value/<name>.cu.
+VALUE_GPU_ROWS = [r for r in VALUE_ROWS if r.gpu and r.name not in OWN_VALUE_OPS]
 
 
 def _kernels(op_name, device):
@@ -76,9 +81,12 @@ def _dtypes(kernel, attr):
 
 def test_the_structs_say_which_ops_are_registered_by_hand():
     assert OWN_ENCODE_OP >= {"golomb"}
-    assert OWN_VALUE_OPS >= {"polyfit", "dexp", "qsgd", "fp16", "bf16"}
-    # deflate follows the convention with an attribute (its table row's level).
+    # docs/codecs.md names these as the value codecs on the older path.
+    assert OWN_VALUE_OPS == {"polyfit", "dexp", "qsgd"}
+    # deflate follows the convention with an attribute (its table row's level),
+    # fp16 and bf16 with GPU kernels.
     assert "deflate" not in OWN_VALUE_OPS and codec_table.attrs("value", "deflate")
+    assert {r.name for r in VALUE_GPU_ROWS} >= {"fp16", "bf16"}
 
 
 @pytest.mark.parametrize("row", INDEX_ROWS, ids=lambda r: r.name)
@@ -223,10 +231,50 @@ def test_the_value_family_files_name_only_the_codecs_with_own_ops(path):
         assert not re.search(rf"\bvoid Fuzz{camel}\(", text), (path, row.name)
 
 
+@pytest.mark.parametrize("row", VALUE_ROWS, ids=lambda r: r.name)
+def test_a_value_codec_of_the_convention_has_a_cuda_source_exactly_when_gpu(row):
+    """kernels/value/<name>.cu exists exactly for a codec of the convention
+    whose row says gpu=True: it defines the launchers its struct declares
+    (EncodeGpu, DecodeGpu) and includes no TensorFlow header; the generic
+    GPU kernels (registered from the table) call them."""
+    cu = os.path.join(REPO_ROOT, "kernels", "value", f"{row.name}.cu")
+    header = _read(f"kernels/value/{row.name}.h")
+    if row not in VALUE_GPU_ROWS:
+        assert not os.path.exists(cu), cu
+        if row.name not in OWN_VALUE_OPS:
+            assert "EncodeGpu" not in header and "DecodeGpu" not in header, row.name
+        return
+    source = _read(f"kernels/value/{row.name}.cu")
+    for launcher in ("EncodeGpu", "DecodeGpu"):
+        assert re.search(rf"\bstatic gpu_launch::GpuStatus {launcher}\(", header), \
+            (row.name, launcher)
+        assert re.search(rf"\bCodec::{launcher}\(", source), (row.name, launcher)
+    assert not re.search(r'#include\s+"tensorflow/', source), row.name
+    assert f'#include "kernels/value/{row.name}.h"' in source
+
+
+def test_the_value_gpu_registrations_follow_the_table():
+    """The generic GPU kernels are registered over the table's gpu=True rows
+    (DR_VALUE_GPU_CODECS), CPU ones over every row: no list of codecs to
+    edit."""
+    gpu = _read("kernels/value/value_kernels_gpu.cc")
+    cpu = _read("kernels/value/value_kernels.cc")
+    assert re.search(r"^DR_VALUE_GPU_CODECS\(DR_REGISTER_VALUE_GPU\)$", gpu, re.M)
+    assert re.search(r"^DR_VALUE_PAYLOAD_CODECS\(DR_REGISTER_VALUE_CPU\)$", cpu, re.M)
+    header = _read(codec_table.HEADER_PATH)
+    listed = re.search(r"#define DR_VALUE_GPU_CODECS\(X\)(.*?)\n\n", header, re.S).group(1)
+    assert re.findall(r"X\((\w+),", listed) == [r.name for r in VALUE_ROWS if r.gpu]
+
+
 def test_the_doc_lists_the_files_of_a_new_codec():
     doc = _read("docs/codecs.md")
     section = doc[doc.index("## Adding a codec"):]
-    for path in INDEX_CODEC_FILES + VALUE_CODEC_FILES:
+    for path in INDEX_CODEC_FILES + VALUE_GPU_CODEC_FILES:
         assert f"`{path}`" in section, path
     assert len(INDEX_CODEC_FILES) <= 5 and len(VALUE_CODEC_FILES) <= 5
+    # A GPU value codec: at most six hand-edited files (issue 40).
+    assert len(VALUE_GPU_CODEC_FILES) <= 6
+    # The codecs still on the older path are named, with the reason.
+    for name in sorted(OWN_VALUE_OPS) + ["int32", "bitmap", "rle", "golomb"]:
+        assert name in section[section.index("Beyond that convention"):], name
     assert base.ADDING_A_CODEC[0] == "## Adding a codec"

@@ -14,7 +14,9 @@ and tests/ops/test_value_cuda.py. The same comparisons without TensorFlow:
 tests/cuda/*_cuda_test.cu
 (bash build_deps/build_cuda_test.sh).
 """
+import glob
 import itertools
+import os
 import re
 
 import numpy as np
@@ -203,6 +205,26 @@ def test_gpu_kernel_registered(op_name):
         assert has_kernel(op_name, "GPU", bindings), (op_name, bindings)
     for k in kernels_for(op_name, "GPU"):
         assert set(k.host_memory_arg) == GPU_OPS[op_name], k
+
+
+def test_the_cuda_launch_helpers_are_defined_once():
+    """GpuStatus and GridSize (and the rest of the launch glue) live in
+    kernels/common/gpu_launch.h; no kernel family defines its own."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    found = {"struct GpuStatus": [], "GridSize": [], "ErrorString": []}
+    patterns = {"struct GpuStatus": r"^\s*struct GpuStatus\s*\{",
+                "GridSize": r"^\s*cudaError_t GridSize\(",
+                "ErrorString": r"^const char\* ErrorString\(int cuda_error\) \{"}
+    for path in glob.glob(os.path.join(root, "kernels", "**", "*"), recursive=True):
+        if not path.endswith((".h", ".cc", ".cu", ".cuh")):
+            continue
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        for what, pattern in patterns.items():
+            found[what] += [os.path.relpath(path, root)] * len(re.findall(pattern, text, re.M))
+    assert found == {"struct GpuStatus": ["kernels/common/gpu_launch.h"],
+                     "GridSize": ["kernels/common/gpu_launch.h"],
+                     "ErrorString": ["kernels/common/gpu_launch.cu"]}
 
 
 @requires_cuda_build
