@@ -78,9 +78,20 @@ def _assert_same(a, b):
 
 
 POWERSGD = {"compressor": "powersgd", "rank": 2, "start_iter": 1}
+# Every method resumes from what it declares (Exchange.state_declaration):
+# LGC through its three phases (the checkpoint falls between phase 2 and the
+# weight broadcast of phase 3), DGC's velocities, the all-reduce's seeds.
+LGC = {"compressor": "topk", "compress_ratio": 0.05, "memory": "residual",
+       "lgc_warmup_steps": 1, "lgc_train_steps": 1, "lgc_channels": "4,8,16,32"}
+METHODS = {"golomb_qsgd": PARAMS, "powersgd": POWERSGD,
+           "lgc_ps": dict(LGC, communicator="lgc_ps"),
+           "lgc_rar": dict(LGC, communicator="lgc_rar"),
+           "dgc": dict(PARAMS, memory="dgc"),
+           "randomk_allreduce": {"compressor": "randomk", "compress_ratio": 0.1,
+                                 "memory": "residual", "communicator": "allreduce"}}
 
 
-@pytest.mark.parametrize("params", [PARAMS, POWERSGD], ids=["golomb_qsgd", "powersgd"])
+@pytest.mark.parametrize("params", list(METHODS.values()), ids=list(METHODS))
 def test_checkpoint_built_before_training_resumes_bit_for_bit(tmp_path, params):
     ops, model, opt, run = _setup(params)
     run(0, 4)
