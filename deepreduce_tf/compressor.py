@@ -66,8 +66,6 @@ The compressor carries the policy; the step applies it
 (Exchange.nonfinite_rule, for every communicator): encode() itself sends a
 non-finite x dense and checks nothing.
 """
-import collections
-import zlib
 
 import tensorflow as tf
 
@@ -76,127 +74,21 @@ from deepreduce_tf._checks import check, guarded
 from deepreduce_tf.codecs import index as index_codecs
 from deepreduce_tf.codecs import value as value_codecs
 from deepreduce_tf.memory import Sent
-from deepreduce_tf.ops import codec_table
 from deepreduce_tf.ops import fusion as fusion_ops
 from deepreduce_tf.ops import payload as payload_ops
+from deepreduce_tf.slices import SlicesCoding
 from deepreduce_tf.sparsifiers import Sparsifier
 from deepreduce_tf.transport import ordered_sum
-
-DTYPE_CODES = {tf.float16: 1, tf.bfloat16: 2, tf.float32: 3, tf.float64: 4}
-META_FIELDS = ("mode", "index_codec", "value_codec", "dtype", "n", "config", "k", "count",
-               "aux0", "aux1")
-F_MODE, F_INDEX, F_VALUE, F_DTYPE, F_N, F_CONFIG, F_K, F_COUNT, F_AUX0, F_AUX1 = range(10)
-# A bucket payload's header: META_FIELDS (n = the sparse section's length)
-# plus the dense section's length and the bucket layout's fingerprint.
-BUCKET_FIELDS = META_FIELDS + ("dense_n", "layout")
-F_DENSE_N, F_LAYOUT = 10, 11
-MODE_DENSE, MODE_SPARSE, MODE_SLICES = 0, 1, 2
-NUM_SECTIONS = 3
-BUCKET_SECTIONS = 4
-KIND_BUCKET = 3
-WARMUP_CHOICES = ("dense", "exponential")
-NONFINITE_CHOICES = ("dense", "raise")
-DEFAULT_MIN_SIZE = 1024
-BATCH_FIELDS = ("count", "config", "layout")
-
-Context = collections.namedtuple(
-    "Context", ["name", "shape", "dtype", "n", "dense", "dense_bytes", "payload_bytes",
-                "positions"])
-SlicesContext = collections.namedtuple(
-    "SlicesContext", ["name", "dense_shape", "dtype", "row_width", "dense_bytes",
-                      "payload_bytes"])
-BucketContext = collections.namedtuple(
-    "BucketContext", ["name", "bucket", "dtype", "n", "dense_bytes", "payload_bytes"])
-BatchContext = collections.namedtuple("BatchContext", ["plan", "contexts"])
-SlicesContext.__doc__ = """What compress_slices() keeps locally.
-
-dense_shape: the static shape of the dense gradient (vocabulary, ...);
-row_width: elements per row; dense_bytes: bytes of the IndexedSlices as
-given (values + int64 indices), the traffic it replaces; payload_bytes:
-int64 scalar tensor."""
-
-Context.__doc__ = """What compress() keeps locally.
-
-name: the memory key; shape, dtype, n: the tensor's; dense: True if the
-tensor is below min_size and always travels dense; dense_bytes: bytes of the
-uncompressed tensor (Python int); payload_bytes: int64 scalar tensor, bytes
-of this payload; positions: the agreed positions of a summable wire vector
-(communicators.Allreduce), else None."""
-
-BucketContext.__doc__ = """What compress_bucket() keeps locally: the bucket
-(fusion.Bucket: layout, key), its dtype and length, dense bytes (Python int)
-and payload bytes (int64 scalar tensor)."""
-
-BatchContext.__doc__ = """What compress_batch() keeps locally: the fusion
-plan and one BucketContext per bucket."""
+from deepreduce_tf.wire import (  # noqa: F401 (the format, named here as before)
+    BATCH_FIELDS, BUCKET_FIELDS, BUCKET_SECTIONS, BatchContext, BucketContext, Context,
+    DEFAULT_MIN_SIZE, DTYPE_CODES, F_AUX0, F_AUX1, F_CONFIG, F_COUNT, F_DENSE_N, F_DTYPE, F_INDEX,
+    F_K, F_LAYOUT, F_MODE, F_N, F_VALUE, IDENTITY_MISMATCH, KIND_BUCKET, META_FIELDS, MODE_DENSE,
+    MODE_SLICES, MODE_SPARSE, NONFINITE_CHOICES, NUM_SECTIONS, SUMMABLE_WIRE_DTYPES,
+    SlicesContext, WARMUP_CHOICES, _Encoded, _dense_mode_checks, _fingerprint, _graph_safe, _i64,
+    _identity, _key_seed, bucket_record)
 
 
-# value codec -> the dtype its summable values travel in (None: the
-# gradient's own): the codec table's wire_dtype column.
-SUMMABLE_WIRE_DTYPES = {name: None if dtype == "gradient" else tf.as_dtype(dtype)
-                        for name, dtype in codec_table.wire_dtypes().items()}
-
-
-def bucket_record(bucket, payload_bytes):
-    """The byte ledger's record of one fused bucket's exchange (every
-    communicator's, the receivers' contexts too): the BucketContext of
-    `bucket` (fusion.Bucket) that sent `payload_bytes` (int64 scalar tensor,
-    or None for a receiver). The one place such a record is made."""
-    return BucketContext(bucket.key, bucket, bucket.dtype, bucket.n, bucket.nbytes,
-                         payload_bytes)
-
-_Encoded = collections.namedtuple(
-    "_Encoded", ["mode", "index", "value", "perm", "k", "count", "aux0", "aux1", "rest",
-                 "positions", "values"])  # the last three: a memory.Sent
-
-
-def _graph_safe(method):
-    """Marks a method as graph-ready: it builds its graph with explicit
-    tf.cond and never branches in Python on a tensor, so AutoGraph must not
-    convert it (or the op wrappers it calls) inside the user's tf.function."""
-    return tf.autograph.experimental.do_not_convert(method)
-
-
-def _fingerprint(parts):
-    text = repr(sorted(parts.items()))
-    return zlib.crc32(text.encode()) & 0xFFFFFFFF
-
-
-def _identity(config_id, key, shape):
-    """The config field of a per-variable payload: the configuration's
-    fingerprint, the variable's key and its static shape, CRC-32."""
-    return _fingerprint({"config": config_id, "key": key,
-                         "shape": tuple(int(d) for d in shape)})
-
-
-IDENTITY_MISMATCH = (
-    "payload field 'config' does not match {what}: the payload belongs to another variable "
-    "(another name or shape) or was written by a compressor of another configuration; "
-    "decode each payload with the ctx that compress{suffix}() returned for the same variable")
-
-
-def _dense_mode_checks(meta, sections, n):
-    """A dense-mode payload declares k = count = n, aux 0, and carries no
-    index and no permutation bytes."""
-    return [
-        check(tf.logical_and(tf.equal(meta[F_K], n), tf.equal(meta[F_COUNT], n)),
-              "dense payload: fields k and count must equal the tensor's size"),
-        check(tf.logical_and(tf.equal(meta[F_AUX0], 0), tf.equal(meta[F_AUX1], 0)),
-              "dense payload: fields aux0/aux1 must be 0"),
-        check(tf.logical_and(tf.equal(tf.size(sections[0]), 0), tf.equal(tf.size(sections[2]), 0)),
-              "dense payload: index and permutation sections must be empty"),
-    ]
-
-
-def _key_seed(key, seed):
-    return (zlib.crc32(key.encode()) ^ (seed * 0x9E3779B1)) & 0x7FFFFFFF
-
-
-def _i64(value):
-    return tf.constant(value, tf.int64) if isinstance(value, int) else tf.cast(value, tf.int64)
-
-
-class Compressor:
+class Compressor(SlicesCoding):
     """sparsifier + index codec + value codec: encode and decode, nothing kept.
 
     The compressor turns a compensated gradient (one tensor, or a fused
@@ -793,127 +685,6 @@ class Compressor:
                                     self.min_size, self.bucket_cap_mb)
             self._plans[signature] = plan
         return plan
-
-    # ----------------------------------------------------------- IndexedSlices
-    def _slices_row_codec(self):
-        """The index codec for embedding rows: the configured one when it is
-        lossless, else golomb (a Bloom filter would drop rows, and row
-        gradients keep no residual)."""
-        if self.index_codec.lossless:
-            return self.index_codec
-        return index_codecs.GolombIndex()
-
-    @_graph_safe
-    def encode_slices(self, slices, name=None, dense_shape=None):
-        """Compresses a tf.IndexedSlices gradient without densifying it.
-
-        Duplicate rows are summed, rows are sorted and coded losslessly by the
-        index codec (golomb when the configured one is a Bloom filter; raw
-        int32 with deepreduce None/'value'), the row values by the value
-        codec. No sparsifier and no memory apply: the slices are already
-        sparse, and a lossy value codec's error on them is not fed back.
-
-        Args:
-          slices: tf.IndexedSlices with values [m, ...] and indices [m].
-          name: the variable's name (for accounting, and with the dense
-            shape the payload's identity, as in compress(); with name=None
-            the identity is the dense shape only).
-          dense_shape: the dense gradient's static shape, if
-            slices.dense_shape is not statically known.
-
-        Returns:
-          (payload, SlicesContext).
-        """
-        if not isinstance(slices, tf.IndexedSlices):
-            raise TypeError(f"compress_slices needs a tf.IndexedSlices, got {type(slices)}")
-        key = name or "slices"
-        values = tf.convert_to_tensor(slices.values)
-        if values.dtype not in DTYPE_CODES:
-            raise TypeError(f"cannot compress IndexedSlices {key!r} of dtype "
-                            f"{values.dtype.name}; supported: float16, bfloat16, float32, "
-                            "float64")
-        if dense_shape is None and slices.dense_shape is not None:
-            dense_shape = tf.get_static_value(slices.dense_shape)
-        if dense_shape is None:
-            raise ValueError(f"IndexedSlices {key!r}: dense_shape is not static; pass "
-                             "compress_slices(..., dense_shape=variable.shape)")
-        dense_shape = tf.TensorShape([int(d) for d in dense_shape])
-        if not values.shape[1:].is_compatible_with(dense_shape[1:]):
-            raise ValueError(f"IndexedSlices {key!r}: values shape {values.shape} does not "
-                             f"match dense shape {dense_shape}")
-        vocab = int(dense_shape[0])
-        width = int(dense_shape[1:].num_elements())
-        dtype = values.dtype
-        indices = tf.cast(slices.indices, tf.int64)
-        rows, where = tf.unique(indices)
-        merged = tf.math.unsorted_segment_sum(tf.reshape(values, [-1, width]), where,
-                                              tf.size(rows))
-        order = tf.argsort(rows)
-        rows = fusion_ops.gather(rows, order)
-        merged = fusion_ops.gather(merged, order)
-        flat = tf.reshape(merged, [-1])
-        u = tf.size(rows, out_type=tf.int64)
-        count = u * width
-        codec = self._slices_row_codec()
-        ienc = codec.encode(rows, vocab)
-        vc = self.value_codec
-        empty = tf.zeros([0], tf.uint8)
-        perm_section = empty
-        if vc.name == "raw":
-            vsec = vc.encode(flat, None).section
-        else:
-            venc = vc.encode(tf.cast(flat, tf.float32), tf.constant(0, tf.int64))
-            vsec = venc.section
-            if venc.perm is not None:
-                perm_section = payload_ops.perm_encode(venc.perm)
-        meta = tf.stack([
-            tf.constant(MODE_SLICES, tf.int64), tf.constant(codec.codec_id, tf.int64),
-            tf.constant(vc.codec_id, tf.int64), tf.constant(DTYPE_CODES[dtype], tf.int64),
-            tf.constant(dense_shape.num_elements(), tf.int64),
-            tf.constant(self.identity(key, dense_shape), tf.int64), u, count,
-            tf.constant(vocab, tf.int64), tf.constant(width, tf.int64)])
-        payload = payload_ops.pack([ienc.section, vsec, perm_section], meta)
-        nbytes = tf.size(payload, out_type=tf.int64)
-        given = values.shape.num_elements()
-        dense_bytes = ((given * dtype.size + 8 * int(values.shape[0]))
-                       if given is not None else
-                       tf.size(values, out_type=tf.int64) * dtype.size
-                       + 8 * tf.size(indices, out_type=tf.int64))
-        ctx = SlicesContext(key, dense_shape, dtype, width, dense_bytes, nbytes)
-        return payload, ctx
-
-    @_graph_safe
-    def decompress_slices(self, payload, ctx):
-        """Decodes a compress_slices() payload of any worker: tf.IndexedSlices
-        with sorted unique int64 row indices. The payload of another variable
-        (name or dense shape) is refused like in decompress()."""
-        if not isinstance(ctx, SlicesContext):
-            raise TypeError(f"ctx must be the SlicesContext of compress_slices(), got {ctx!r}")
-        codec = self._slices_row_codec()
-        vocab = int(ctx.dense_shape[0])
-        expected = {F_MODE: MODE_SLICES, F_INDEX: codec.codec_id,
-                    F_VALUE: self.value_codec.codec_id, F_DTYPE: DTYPE_CODES[ctx.dtype],
-                    F_N: ctx.dense_shape.num_elements(), F_AUX0: vocab,
-                    F_AUX1: ctx.row_width}
-        meta, (isec, vsec, psec) = payload_ops.unpack(
-            payload, NUM_SECTIONS, len(META_FIELDS), expected=expected,
-            field_names=list(META_FIELDS))
-        # Rows and values are read from meta (u, count): guarding meta
-        # orders the identity check before any decoding.
-        meta = guarded(meta, self._check_identity(
-            meta, self.identity(ctx.name, ctx.dense_shape),
-            f"variable {ctx.name!r} of dense shape {ctx.dense_shape.as_list()}", "_slices"))
-        u, count = meta[F_K], meta[F_COUNT]
-        rows = codec.decode(isec, vocab, u, None)
-        vc = self.value_codec
-        values = tf.cast(vc.decode(vsec, count, ctx.dtype, ctx.dense_shape.num_elements()),
-                         ctx.dtype)
-        if vc.sorting:
-            perm = payload_ops.perm_decode(psec, count)
-            values = fusion_ops.unpermute(values, perm)
-        values = tf.reshape(values, [-1] + ctx.dense_shape[1:].as_list())
-        return tf.IndexedSlices(values, rows,
-                                tf.constant(ctx.dense_shape.as_list(), tf.int64))
 
     # ----------------------------------------------------------------- batches
     def batch_payload(self, plan, parts):
