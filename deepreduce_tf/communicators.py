@@ -11,8 +11,10 @@
              from_params: {'compressor': 'powersgd', 'rank': r, ...}).
 
 The table below is the registry: a new communicator is one module (a
-subclass of deepreduce_tf.exchange.base.Communicator) and one entry here,
-or register() from the user's own code. exchange_locally() runs one
+subclass of deepreduce_tf.exchange.base.Communicator that writes its
+rounds(): a generator that yields Gather, GatherParts, Sum, Replicate and
+Branch requests, deepreduce_tf.exchange.rounds) and one entry here, or
+register() from the user's own code. exchange_locally() runs one
 reduction among exchanges in one process, for tests and for trying a
 configuration.
 """
@@ -24,6 +26,7 @@ from deepreduce_tf.exchange.allgather import Allgather
 from deepreduce_tf.exchange.allreduce import Allreduce
 from deepreduce_tf.exchange.base import Communicator, Transfer
 from deepreduce_tf.exchange.powersgd import PowerSGD
+from deepreduce_tf.exchange.rounds import Branch, Gather, GatherParts, Group, Replicate, Sum
 from deepreduce_tf.learned.lgc import LgcPS, LgcRAR
 from deepreduce_tf.transport import LocalTransport
 
@@ -103,6 +106,6 @@ def exchange_locally(exchanges, tensors, name=None, average=False):
     return [o[0] for o in out], transport.handed
 
 
-__all__ = ["COMMUNICATORS", "Allgather", "Allreduce", "Communicator", "LgcPS", "LgcRAR",
-           "PowerSGD",
+__all__ = ["COMMUNICATORS", "Allgather", "Allreduce", "Branch", "Communicator", "Gather",
+           "GatherParts", "Group", "LgcPS", "LgcRAR", "PowerSGD", "Replicate", "Sum",
            "Transfer", "exchange_locally", "make_communicator", "param_keys", "register"]

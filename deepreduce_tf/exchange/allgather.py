@@ -10,40 +10,42 @@ A batch's dense tensors and its tf.IndexedSlices travel in ONE collective
 import tensorflow as tf
 
 from deepreduce_tf.exchange.base import Communicator, Transfer
+from deepreduce_tf.exchange.rounds import Gather, Group
 
 
 class Allgather(Communicator):
     name = "allgather"
     travels = "gathered bytes: one batch payload per replica (sparsifier + index and value codecs)"
     checks_range = True
+    collectives = ("gather",)
 
     @staticmethod
-    def encode(transport, exchanges, plan, prepared):
+    def encode(group, exchanges, plan, prepared):
         """Per replica: (payload, ctx, outcomes, sent records)."""
         out = []
-        for ex, device, preps in zip(exchanges, transport.devices, prepared):
+        for ex, device, preps in zip(exchanges, group.devices, prepared):
             with tf.device(device):
                 payload, ctx, outcomes, container = ex.encode_batch(plan, preps)
             out.append((payload, ctx, outcomes, [container] if container else []))
         return out
 
-    def decode(self, transport, exchanges, encoded, received, key):
+    def decode(self, group, exchanges, encoded, received, key):
         """The gathered batch payloads -> a Transfer (the sum, decoded once
         per payload with one scatter per bucket)."""
         payloads = [e[0] for e in encoded]
         ctx = encoded[0][1]
-        with tf.device(transport.reduce_device):
+        with tf.device(group.reduce_device):
             # Decoding needs the configuration only, no state.
             sums = exchanges[0].decompress_batch_sum(received, ctx)
             got = self.gathered(received, payloads)
         return Transfer(sums, [e[2] for e in encoded], [e[3] for e in encoded],
                         [[(key, g)] for g in got])
 
-    def transfer(self, transport, exchanges, plan, prepared, keys):
-        encoded = self.encode(transport, exchanges, plan, prepared)
+    def rounds(self, group, exchanges, plan, prepared, keys):
+        encoded = self.encode(group, exchanges, plan, prepared)
         key = "batch/" + "|".join(keys)
-        received = transport.all_gather([e[0] for e in encoded], key=key)
-        return self.decode(transport, exchanges, encoded, received, key)
+        received = yield Gather([e[0] for e in encoded], key)
+        return self.decode(group, exchanges, encoded, received, key)
 
     def step_all(self, transport, exchanges, tensors_by_replica, keys, slices_by_replica,
                  slice_keys, average=False, effects=()):
@@ -53,10 +55,11 @@ class Allgather(Communicator):
         if not slice_keys or (not keys and len(slice_keys) == 1):
             return super().step_all(transport, exchanges, tensors_by_replica, keys,
                                     slices_by_replica, slice_keys, average, effects)
-        parts = [[] for _ in transport.devices]
+        group = Group.of(transport)
+        parts = [[] for _ in group.devices]
         if keys:
             plan, prepared = self.prepare(transport, exchanges, tensors_by_replica, keys)
-            encoded = self.encode(transport, exchanges, plan, prepared)
+            encoded = self.encode(group, exchanges, plan, prepared)
             for d, e in enumerate(encoded):
                 parts[d].append(e[0])
         sliced = []
@@ -70,7 +73,7 @@ class Allgather(Communicator):
             parts, key="step/" + "|".join(list(keys) + [f"slices/{k}" for k in slice_keys]))
         dense = None
         if keys:
-            result = self.decode(transport, exchanges, encoded, received[0],
+            result = self.decode(group, exchanges, encoded, received[0],
                                  "batch/" + "|".join(keys))
             sums = self.commit(transport, exchanges, prepared, result)
             dense = self._finish(transport, plan, sums, average, effects)

@@ -15,6 +15,7 @@ import tensorflow as tf
 from deepreduce_tf.compressor import SUMMABLE_WIRE_DTYPES, bucket_record
 from deepreduce_tf.exchange.base import Communicator, Transfer
 from deepreduce_tf.exchange.endpoint import Outcome
+from deepreduce_tf.exchange.rounds import Sum
 
 
 class Allreduce(Communicator):
@@ -22,6 +23,7 @@ class Allreduce(Communicator):
     travels = ("summed vectors: per bucket its values at the positions every replica shares "
                "(wire dtype) and its dense section")
     additive = True
+    collectives = ("sum",)
 
     WIRE_DTYPES = SUMMABLE_WIRE_DTYPES  # the compressor's (kept for earlier code)
 
@@ -62,9 +64,9 @@ class Allreduce(Communicator):
                                                      bucket.dtype)
         return tf.concat([sparse, rest], 0) if bucket.dense_n else sparse
 
-    def transfer(self, transport, exchanges, plan, prepared, keys):
+    def rounds(self, group, exchanges, plan, prepared, keys):
         vectors, outcomes, positions = [], [], None
-        for ex, device, preps in zip(exchanges, transport.devices, prepared):
+        for ex, device, preps in zip(exchanges, group.devices, prepared):
             with tf.device(device):
                 mine, where, outs = [], [], []
                 for bucket, prep in zip(plan.buckets, preps):
@@ -75,11 +77,11 @@ class Allreduce(Communicator):
             vectors.append(mine)
             outcomes.append(outs)
             positions = positions or where  # the same on every replica
-        summed = transport.all_reduce(vectors)
-        with tf.device(transport.reduce_device):
+        summed = yield Sum(vectors)
+        with tf.device(group.reduce_device):
             sums = [self.decode_bucket(exchanges[0], b, summed[2 * i:2 * i + 2], positions[i])
                     for i, b in enumerate(plan.buckets)]
-            got = self.reduced(transport, vectors[0])
+            got = self.reduced(group, vectors[0])
         key = "allreduce/" + "|".join(keys)
         return Transfer(sums, outcomes, [[] for _ in exchanges],
                         [[(key, got)] for _ in exchanges])

@@ -5,25 +5,29 @@
   1. prepare   every replica clips its batch, fuses it into buckets and
                compensates each bucket with its memory; its step counter
                gives the step's seed (Exchange.prepare_batch);
-  2. transfer  what travels, and how: the only part a communicator writes
-               (encode, hand to the transport, decode the sum);
+  2. transfer  what travels, and how: the only part a communicator writes,
+               as rounds (Communicator.rounds, exchange/rounds.py): it
+               computes on each replica's device and yields what must
+               travel (Gather, Sum, ...); rounds.run hands each request to
+               the transport and sends the result back;
   3. commit    every replica updates its memory with exactly what the
                receivers decoded of its contribution, and records the bytes
                it sent and received (Exchange.commit);
   4. finish    the sum (divided by the number of replicas for MEAN) is
                copied to every replica: bit-identical everywhere.
 
-A communicator overrides transfer() (or its parts encode / exchange /
-decode), declares what travels (travels) and the state it keeps
-(state_vars, make_state), and says which keys count steps and need seeds
-(counts) and whether prepare checks the value codec's range
-(checks_range). The rules of the step (compensation and memory update,
-the non-finite policy, counters and seeds, clipping, warm-up, byte
-records) are Exchange.prepare's and commit's, never a communicator's.
-Allgather and Allreduce (deepreduce_tf.exchange), PowerSGD
-(exchange/powersgd.py) and LGC (deepreduce_tf.learned.lgc) differ only in
-what travels; a new one is one module and one line in
-deepreduce_tf.communicators.
+A communicator is a method's rounds: it writes rounds() (and never calls
+the transport: it sees the topology as a rounds.Group), declares what
+travels (travels) and the state it keeps (state_vars, make_state), and
+says which keys count steps and need seeds (counts) and whether prepare
+checks the value codec's range (checks_range). The transport moves the
+tensors (in one process, across processes, hierarchically); the rules of
+the step (compensation and memory update, the non-finite policy, counters
+and seeds, clipping, warm-up, byte records) are Exchange.prepare's and
+commit's, never a communicator's. Allgather and Allreduce
+(deepreduce_tf.exchange), PowerSGD (exchange/powersgd.py) and LGC
+(deepreduce_tf.learned.lgc) differ only in their rounds; a new one is one
+module and one line in deepreduce_tf.communicators.
 
 tf.IndexedSlices (embedding gradients) travel the same way with every
 communicator: compressed per replica (Exchange.compress_slices: no memory),
@@ -37,6 +41,7 @@ import tensorflow as tf
 
 from deepreduce_tf._checks import guarded
 from deepreduce_tf.accounting import ring_received
+from deepreduce_tf.exchange import rounds as rounds_lib
 
 Transfer = collections.namedtuple("Transfer", ["sums", "outcomes", "sent", "received"])
 Transfer.__doc__ = """What transfer() returns.
@@ -55,6 +60,10 @@ class Communicator(abc.ABC):
     # What travels, declared (docs, repr, the cost model's reader): which
     # collectives a step runs and what each carries.
     travels = None
+    # The collectives its rounds run, declared: "gather" (bytes, all-gather)
+    # and/or "sum" (vectors, all-reduce); rounds.run refuses any other. None:
+    # not declared (a communicator of earlier versions).
+    collectives = None
     # True if payloads are summed element-wise by the transport.
     additive = False
     # True: prepare() also checks that the compensated values fit the value
@@ -126,12 +135,19 @@ class Communicator(abc.ABC):
         return plan, prepared
 
     def transfer(self, transport, exchanges, plan, prepared, keys):
-        """What travels: encodes every replica's prepared buckets, exchanges
-        them through the transport and decodes the sum. Returns a Transfer.
-        (A communicator of earlier versions that overrides reduce_flat()
-        whole keeps working without it.)"""
-        raise NotImplementedError(f"communicator {type(self).__name__} must override "
-                                  "transfer() (or reduce_flat())")
+        """What travels: runs rounds() on the transport. Returns a Transfer.
+        (A communicator of earlier versions that overrides transfer() or
+        reduce_flat() whole keeps working.)"""
+        rounds = self.rounds(rounds_lib.Group.of(transport), exchanges, plan, prepared, keys)
+        return rounds_lib.run(transport, rounds, self.collectives,
+                              f"communicator {self.name or type(self).__name__!r}")
+
+    def rounds(self, group, exchanges, plan, prepared, keys):
+        """A generator: encodes every replica's prepared buckets
+        (prepared[r][b]), yields the collectives of exchange/rounds.py and
+        returns a Transfer (the sums decoded on group.reduce_device)."""
+        raise NotImplementedError(f"communicator {type(self).__name__} must write rounds() "
+                                  "(or override transfer() or reduce_flat())")
 
     @staticmethod
     def commit(transport, exchanges, prepared, result):
@@ -219,18 +235,6 @@ class Communicator(abc.ABC):
                   for j, key in enumerate(slice_keys)]
         return dense, slices
 
-    @staticmethod
-    def _branch(transport, fn):
-        """fn() inside a tf.cond branch: the transport's effects made there
-        stay inside (the branch's outputs depend on them)."""
-        mark = len(transport.effects)
-        out = fn()
-        new = transport.effects[mark:]
-        del transport.effects[mark:]
-        if not new:
-            return out
-        return tf.nest.map_structure(lambda t: guarded(t, *new), out)
-
     # ------------------------------------------------------- accounting
     @staticmethod
     def gathered(received, sent):
@@ -248,12 +252,13 @@ class Communicator(abc.ABC):
         return ops
 
     @staticmethod
-    def reduced(transport, vectors):
+    def reduced(group, vectors):
         """What an all-reduce of `vectors` (one replica's) delivers to each
-        replica: a ring all-reduce's 2 (R - 1) / R of their bytes."""
+        replica of `group` (a rounds.Group or a transport): a ring
+        all-reduce's 2 (R - 1) / R of their bytes."""
         nbytes = tf.add_n([tf.size(v, out_type=tf.int64) * v.dtype.size for v in vectors]
                           or [tf.constant(0, tf.int64)])
-        return ring_received(nbytes, transport.num_replicas)
+        return ring_received(nbytes, group.num_replicas)
 
     def __repr__(self):
         return f"{type(self).__name__}()"

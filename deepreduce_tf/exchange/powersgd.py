@@ -39,6 +39,7 @@ from deepreduce_tf.codecs.base import Param
 from deepreduce_tf.compressor import _key_seed, bucket_record
 from deepreduce_tf.exchange.base import Communicator, Transfer
 from deepreduce_tf.exchange.endpoint import Outcome
+from deepreduce_tf.exchange.rounds import Branch, Replicate, Sum
 from deepreduce_tf.memory import Sent
 
 
@@ -94,6 +95,7 @@ class PowerSGD(Communicator):
     travels = ("rounds of summed vectors: the uncompressed tensors and a non-finite flag, then "
                "the factors P, then the factors Q")
     additive = True
+    collectives = ("sum",)
     PARAMS = PARAMS
 
     def __init__(self, rank=1, start_iter=0, min_compression_rate=2.0, warm_start=True, seed=0):
@@ -188,7 +190,7 @@ class PowerSGD(Communicator):
         return layout
 
     # ------------------------------------------------------------ the step
-    def transfer(self, transport, exchanges, plan, prepared, keys):
+    def rounds(self, group, exchanges, plan, prepared, keys):
         layout = self._layout(plan)
         states = [ex.communicator_state for ex in exchanges]
         # The step's counters (Exchange.prepare), the same on every replica.
@@ -197,7 +199,7 @@ class PowerSGD(Communicator):
 
         # Per replica: its compensated members, and whether any is not finite.
         xs, flags, raw = [], [], []
-        for ex, device, preps in zip(exchanges, transport.devices, prepared):
+        for ex, device, preps in zip(exchanges, group.devices, prepared):
             with tf.device(device):
                 mine, bad_here = [], []
                 for bucket, prep in zip(plan.buckets, preps):
@@ -230,8 +232,8 @@ class PowerSGD(Communicator):
                     else xs[d][where[0]][where[1]:where[1] + where[2]]
                     for kind, where in entries]
             plain.append(vecs + [flags[d]])
-        summed = transport.all_reduce(plain)
-        with tf.device(transport.reduce_device):
+        summed = yield Sum(plain)
+        with tf.device(group.reduce_device):
             any_bad = summed[-1][0] > 0
             uncompressed = tf.logical_or(step <= self.start_iter, any_bad)
         plain_sums = dict(zip(entries, summed[:-1]))
@@ -239,25 +241,24 @@ class PowerSGD(Communicator):
         factors = None
         if matrices[0]:
             def dense():
-                sums = transport.all_reduce(matrices)
+                sums = yield Sum(matrices)
                 return sums, [[tf.zeros_like(v) for v in mats] for mats in matrices]
 
             def low_rank():
-                return self._low_rank(transport, exchanges, states, layout, matrices, step)
+                return self._low_rank(group, exchanges, states, layout, matrices, step)
 
-            factors = tf.cond(uncompressed, lambda: self._branch(transport, dense),
-                              lambda: self._branch(transport, low_rank))
-        return self._assemble(transport, exchanges, plan, layout, plain_sums, factors,
+            factors = yield Branch(uncompressed, dense, low_rank)
+        return self._assemble(group, exchanges, plan, layout, plain_sums, factors,
                               uncompressed, any_bad, keys)
 
-    def _low_rank(self, transport, exchanges, states, layout, matrices, step):
-        """P, then Q, all-reduced; returns (the sums of the compressed members,
-        per replica the residual of each: M - M^)."""
-        R = transport.num_replicas
+    def _low_rank(self, group, exchanges, states, layout, matrices, step):
+        """Rounds: P, then Q, all-reduced; returns (the sums of the compressed
+        members, per replica the residual of each: M - M^)."""
+        R = group.num_replicas
         shapes = [nm for members in layout for (_, _, _, nm) in members if nm is not None]
         mkeys = [key for members in layout for (key, _, _, nm) in members if nm is not None]
         ms, qs, ps = [], [], []
-        for ex, state, device, mats in zip(exchanges, states, transport.devices, matrices):
+        for ex, state, device, mats in zip(exchanges, states, group.devices, matrices):
             with tf.device(device):
                 mine_m, mine_q, mine_p = [], [], []
                 for key, (n, m), flat in zip(mkeys, shapes, mats):
@@ -274,20 +275,22 @@ class PowerSGD(Communicator):
                 ms.append(mine_m)
                 qs.append(mine_q)
                 ps.append([tf.concat(mine_p, 0)])
-        (p_sum,) = transport.all_reduce(ps)
-        with tf.device(transport.reduce_device):
+        (p_sum,) = yield Sum(ps)
+        with tf.device(group.reduce_device):
             sizes = [n * self.rank for n, _ in shapes]
             p_hat = [orthogonalize(tf.reshape(p, [n, self.rank]))
                      for p, (n, _) in zip(tf.split(p_sum, sizes), shapes)]
-        p_copies = [transport.replicate(p) for p in p_hat]  # [matrix][device]
+        p_copies = []  # [matrix][device]
+        for p in p_hat:
+            p_copies.append((yield Replicate(p)))
         q_local = []
-        for d, (device, mine_m) in enumerate(zip(transport.devices, ms)):
+        for d, (device, mine_m) in enumerate(zip(group.devices, ms)):
             with tf.device(device):
                 q_local.append([tf.concat([tf.reshape(tf.matmul(mat, p_copies[i][d],
                                                                 transpose_a=True), [-1])
                                            for i, mat in enumerate(mine_m)], 0)])
-        (q_sum,) = transport.all_reduce(q_local)
-        with tf.device(transport.reduce_device):
+        (q_sum,) = yield Sum(q_local)
+        with tf.device(group.reduce_device):
             q_sizes = [m * self.rank for _, m in shapes]
             q_sums = [tf.reshape(q, [m, self.rank])
                       for q, (_, m) in zip(tf.split(q_sum, q_sizes), shapes)]
@@ -295,10 +298,13 @@ class PowerSGD(Communicator):
                     for p, q in zip(p_hat, q_sums)]
             q_mean = [q / R for q in q_sums]
             mean = [s / R for s in sums]
-        mean_copies = [transport.replicate(v) for v in mean]
-        q_copies = [transport.replicate(q) for q in q_mean]
+        mean_copies, q_copies = [], []
+        for v in mean:
+            mean_copies.append((yield Replicate(v)))
+        for q in q_mean:
+            q_copies.append((yield Replicate(q)))
         residuals, updates = [], []
-        for d, (ex, state, device) in enumerate(zip(exchanges, states, transport.devices)):
+        for d, (ex, state, device) in enumerate(zip(exchanges, states, group.devices)):
             with tf.device(device):
                 mine = []
                 for i, (key, flat) in enumerate(zip(mkeys, matrices[d])):
@@ -312,13 +318,13 @@ class PowerSGD(Communicator):
             sums = [guarded(s, *updates) for s in sums]
         return [tf.cast(s, flat.dtype) for s, flat in zip(sums, matrices[0])], residuals
 
-    def _assemble(self, transport, exchanges, plan, layout, plain_sums, factors, uncompressed,
+    def _assemble(self, group, exchanges, plan, layout, plain_sums, factors, uncompressed,
                   any_bad, keys):
         """The summed buckets, and per replica and bucket its Outcome."""
-        R = transport.num_replicas
+        R = group.num_replicas
         matrix_sums = iter(factors[0]) if factors is not None else iter(())
         sums = []
-        with tf.device(transport.reduce_device):
+        with tf.device(group.reduce_device):
             for b, bucket in enumerate(plan.buckets):
                 parts = []
                 for _, start, length, nm in layout[b]:
@@ -333,7 +339,7 @@ class PowerSGD(Communicator):
                 sums.append(flat)
         outcomes, sent_bytes = [], []
         rank = self.rank
-        for d, (ex, device) in enumerate(zip(exchanges, transport.devices)):
+        for d, (ex, device) in enumerate(zip(exchanges, group.devices)):
             with tf.device(device):
                 residuals = iter(factors[1][d]) if factors is not None else iter(())
                 outs = []

@@ -44,6 +44,7 @@ from deepreduce_tf.compressor import SUMMABLE_WIRE_DTYPES, Compressor, bucket_re
 from deepreduce_tf.exchange.allgather import Allgather
 from deepreduce_tf.exchange.base import Communicator, Transfer
 from deepreduce_tf.exchange.endpoint import Exchange, Outcome
+from deepreduce_tf.exchange.rounds import Branch, Gather, Sum
 from deepreduce_tf.learned.autoencoder import (Autoencoder, latent_length, parse_channels,
                                                polyphase_init)
 from deepreduce_tf.memory import Sent
@@ -96,6 +97,7 @@ class _Lgc(Communicator):
     """What both variants share: round A, phases, the autoencoder."""
 
     PARAMS = PARAMS
+    collectives = ("gather", "sum")
     default_activation = None
     per_node_decoders = False
 
@@ -258,21 +260,21 @@ class _Lgc(Communicator):
         return guarded(positions, agree, ok), guarded(scale, agree, ok)
 
     # ------------------------------------------------------------ the step
-    def transfer(self, transport, exchanges, plan, prepared, keys):
-        R = transport.num_replicas
-        first = transport.first_rank
+    def rounds(self, group, exchanges, plan, prepared, keys):
+        R = group.num_replicas
+        first = group.first_rank
         if first is None:
-            if len(transport.devices) != R:
+            if len(group.devices) != R:
                 raise NotImplementedError(
                     f"{self.name} needs every replica's global number, which this transport "
                     "does not give: use deepreduce_tf.distribute.multi_worker_strategy() or "
                     "install() across workers, DeepReduceCrossDeviceOps in one process")
             first = 0
-        ranks = [first + d for d in range(len(transport.devices))]
+        ranks = [first + d for d in range(len(group.devices))]
         if self.leader >= R:
             raise ValueError(f"{self.name}: lgc_leader={self.leader} but the group has only "
                              f"{R} replicas")
-        with tf.device(transport.reduce_device):
+        with tf.device(group.reduce_device):
             state = self._state(exchanges[0], R)
             signed = self._check_signature(state, plan)
         ae = state.autoencoder
@@ -283,8 +285,8 @@ class _Lgc(Communicator):
             key = bucket.key
             if not bucket.sparse_n:
                 rests = [[p[b].rest] for p in prepared]
-                (total,) = transport.all_reduce(rests)
-                got = self.reduced(transport, rests[0])
+                (total,) = yield Sum(rests)
+                got = self.reduced(group, rests[0])
                 for r, rest in enumerate(rests):
                     nbytes = tf.size(rest[0], out_type=tf.int64) * rest[0].dtype.size
                     outcomes[r].append(Outcome(None, None, bucket_record(bucket, nbytes)))
@@ -293,8 +295,8 @@ class _Lgc(Communicator):
                 continue
             # The weights are broadcast once per exchange, with the first sparse bucket.
             first = all(not x.sparse_n for x in plan.buckets[:b])
-            out, outs, got = self._bucket(transport, exchanges, [p[b] for p in prepared], bucket,
-                                          ranks, state, ae, broadcast=first)
+            out, outs, got = yield from self._bucket(group, exchanges, [p[b] for p in prepared],
+                                                     bucket, ranks, state, ae, broadcast=first)
             sums.append(out)
             for r in range(len(exchanges)):
                 outcomes[r].append(outs[r])
@@ -317,12 +319,11 @@ class _Lgc(Communicator):
         return var.assign(guarded(tf.constant(sig, tf.int64), ok),
                           read_value=False) or tf.no_op()
 
-    def _bucket(self, transport, exchanges, prepared, bucket, ranks, state, ae,
-                broadcast=True):
+    def _bucket(self, group, exchanges, prepared, bucket, ranks, state, ae, broadcast=True):
         """One bucket's two rounds. prepared[r]: replica r's Prepared bucket
         (x compensated). Returns (the summed flat bucket, per replica its
         Outcome and the bytes it received)."""
-        R = transport.num_replicas
+        R = group.num_replicas
         key, n = bucket.key, bucket.sparse_n
         head = exchanges[0]
         ratio = head.sparsifier.compress_ratio
@@ -331,51 +332,50 @@ class _Lgc(Communicator):
         else:
             k = int(sum(sparsify_ops.segment_ks(bucket.lengths, ratio)))
         config = self._config_id(key, bucket, k, head)
-        with tf.device(transport.reduce_device):
+        with tf.device(group.reduce_device):
             # The bucket's exchange number: the step's counter (Exchange.prepare).
             with tf.control_dependencies(ensure_initialized(ae.variables_all)):
                 exchange = tf.identity(prepared[0].step)
         xs = [prep.x for prep in prepared]
         # Round A: the leader's positions and scale.
         sent_a = []
-        for ex, device, x, rank in zip(exchanges, transport.devices, xs, ranks):
+        for ex, device, x, rank in zip(exchanges, group.devices, xs, ranks):
             with tf.device(device):
                 if rank == self.leader:
                     sent_a.append(self._leader_payload(ex, x, bucket, k, exchange, config))
                 else:
                     sent_a.append(tf.zeros([0], tf.uint8))
-        received = transport.all_gather(sent_a, key=f"lgc/A/{key}")
+        received = yield Gather(sent_a, f"lgc/A/{key}")
         everyone_a = tf.add_n([tf.size(p, out_type=tf.int64) for p in received])
-        with tf.device(transport.reduce_device):
+        with tf.device(group.reduce_device):
             positions, scale = self._read_leader(head, received[self.leader], bucket, k,
                                                  exchange, config)
         values = []
-        for device, x in zip(transport.devices, xs):
+        for device, x in zip(group.devices, xs):
             with tf.device(device):
                 values.append(fusion_ops.gather(x, positions))
         phase3 = exchange > self.warmup_steps + self.train_steps
         training = tf.logical_and(exchange > self.warmup_steps, tf.logical_not(phase3))
         first3 = tf.equal(exchange, self.warmup_steps + self.train_steps + 1)
         if broadcast:
-            sync_bytes = self._sync_weights(transport, exchanges, ranks, ae, first3, config,
-                                            key)
+            sync_bytes = yield self._sync_weights(group, ranks, ae, first3, config, key)
         else:
             sync_bytes = tf.constant(0, tf.int64)
         with tf.control_dependencies([sync_bytes]):
-            total, mine, sent_b, received_b, data = self._round_b(
-                transport, exchanges, values, ranks, ae, scale, phase3, exchange, config,
+            total, mine, sent_b, received_b, data = yield from self._round_b(
+                group, exchanges, values, ranks, ae, scale, phase3, exchange, config,
                 key, bucket, k)
-        with tf.device(transport.reduce_device):
+        with tf.device(group.reduce_device):
             loss = self._maybe_train(ae, training, data, k)
             sparse = fusion_ops.scatter_sum(positions, tf.cast(total, bucket.dtype), n)
         rests = [[prep.rest] for prep in prepared]
         if bucket.dense_n:
-            (rest,) = transport.all_reduce(rests)
+            (rest,) = yield Sum(rests)
             out = tf.concat([sparse, rest], 0)
         else:
             out = sparse
         outcomes, gots = [], []
-        for i, (device, x, rank) in enumerate(zip(transport.devices, xs, ranks)):
+        for i, (device, x, rank) in enumerate(zip(group.devices, xs, ranks)):
             with tf.device(device):
                 contribution = tf.cast(mine[i], bucket.dtype)
                 rest_bytes = tf.size(rests[i][0], out_type=tf.int64) * bucket.dtype.size
@@ -389,19 +389,19 @@ class _Lgc(Communicator):
                 outcomes.append(Outcome(Sent(x, positions, contribution), None,
                                         bucket_record(bucket, nbytes)))
                 gots.append(got)
-        return guarded(out, loss, *transport.effects), outcomes, gots
+        return guarded(out, loss), outcomes, gots
 
     # ------------------------------------------------------------ pieces
-    def _sync_weights(self, transport, exs, ranks, ae, first3, config, key):
+    def _sync_weights(self, group, ranks, ae, first3, config, key):
         """At the first compressed exchange, replica 0's weights replace
         everyone's (so that the frozen autoencoder is the same everywhere).
-        Returns the bytes replica 0 sent (0 on other exchanges)."""
+        A Branch whose result is the bytes replica 0 sent (0 on other
+        exchanges)."""
         count = ae.num_weights()
 
         def sync():
-            mark = len(transport.effects)
             payloads = []
-            for device, rank in zip(transport.devices, ranks):
+            for device, rank in zip(group.devices, ranks):
                 with tf.device(device):
                     if rank == 0:
                         raw = tf.reshape(tf.bitcast(ae.flat_weights(), tf.uint8), [-1])
@@ -409,8 +409,8 @@ class _Lgc(Communicator):
                                                          kind=KIND_WEIGHTS))
                     else:
                         payloads.append(tf.zeros([0], tf.uint8))
-            got = transport.all_gather(payloads, key=f"lgc/W/{key}")
-            with tf.device(transport.reduce_device):
+            got = yield Gather(payloads, f"lgc/W/{key}")
+            with tf.device(group.reduce_device):
                 _, (raw,) = payload_ops.unpack(got[0], 1, len(WEIGHT_FIELDS), kind=KIND_WEIGHTS,
                                                field_names=WEIGHT_FIELDS,
                                                expected={"count": count, "config": config})
@@ -418,12 +418,10 @@ class _Lgc(Communicator):
                                          f"{self.name}: weight broadcast of the wrong length"))
                 flat = tf.bitcast(tf.reshape(raw, [count, 4]), tf.float32)
                 ops = ae.assign_flat(flat)
-                new = transport.effects[mark:]
-                del transport.effects[mark:]
                 nbytes = tf.size(got[0], out_type=tf.int64)
-                return guarded(nbytes, *ops, *new)
+                return guarded(nbytes, *ops)
 
-        return tf.cond(first3, sync, lambda: tf.constant(0, tf.int64))
+        return Branch(first3, sync, lambda: tf.constant(0, tf.int64))
 
     def _maybe_train(self, ae, training, data, k):
         finite = tf.reduce_all(tf.math.is_finite(data))
@@ -483,9 +481,9 @@ class LgcPS(_Lgc):
         _, idx = tf.math.top_k(tf.abs(v - recon), m)
         return fusion_ops.scatter_sum(tf.cast(idx, tf.int64), tf.ones([m], tf.float32), k) > 0
 
-    def _round_b(self, transport, exs, values, ranks, ae, scale, phase3, exchange,
+    def _round_b(self, group, exs, values, ranks, ae, scale, phase3, exchange,
                  config, key, bucket, k):
-        R = transport.num_replicas
+        R = group.num_replicas
         helpers = [self._helpers(c, k) for c in exs]
         lat_n = latent_length(k, ae.latent_channels)
 
@@ -503,20 +501,20 @@ class LgcPS(_Lgc):
 
         def early():
             payloads, ctx = [], None
-            for h, device, v in zip(helpers, transport.devices, values):
+            for h, device, v in zip(helpers, group.devices, values):
                 with tf.device(device):
                     p, c = h.values.compress(tf.cast(v, tf.float32), f"lgc/{key}/values")
                     payloads.append(pack([p, tf.zeros([0], tf.uint8)], 1))
                     ctx = ctx or c
-            got = transport.all_gather(payloads, key=f"lgc/B1/{key}")
-            with tf.device(transport.reduce_device):
+            got = yield Gather(payloads, f"lgc/B1/{key}")
+            with tf.device(group.reduce_device):
                 decoded = [helpers[0].values.decompress(unpack(p, 1)[0], ctx) for p in got]
                 data = tf.stack(decoded) / scale
             return decoded, payloads, got, data
 
         def late():
             payloads, lctx, ictx = [], None, None
-            for h, device, v, rank in zip(helpers, transport.devices, values, ranks):
+            for h, device, v, rank in zip(helpers, group.devices, values, ranks):
                 with tf.device(device):
                     u = tf.cast(v, tf.float32) / scale
                     z = ae.encode(tf.expand_dims(u, 0))
@@ -534,8 +532,8 @@ class LgcPS(_Lgc):
             if lctx is None:  # the leader is in another process
                 lctx = helpers[0].values.receiver_context(f"lgc/{key}/latent", [lat_n],
                                                           tf.float32)
-            got = transport.all_gather(payloads, key=f"lgc/B3/{key}")
-            with tf.device(transport.reduce_device):
+            got = yield Gather(payloads, f"lgc/B3/{key}")
+            with tf.device(group.reduce_device):
                 parts = [unpack(p, 3) for p in got]
                 z_leader = helpers[0].values.decompress(parts[self.leader][0], lctx)
                 decoded = []
@@ -545,17 +543,16 @@ class LgcPS(_Lgc):
                     decoded.append(tf.where(tf.not_equal(u, 0.0), u, guess))
             return decoded, payloads, got, tf.zeros([R, k])
 
-        def run(fn):
+        def measured(fn):
             def branch():
-                decoded, payloads, got, data = fn()
+                decoded, payloads, got, data = yield from fn()
                 sizes = [tf.size(p, out_type=tf.int64) for p in payloads]
                 everyone = tf.add_n([tf.size(p, out_type=tf.int64) for p in got])
                 return tf.stack(decoded), tf.stack(sizes), everyone - tf.stack(sizes), data
-            return self._branch(transport, branch)
+            return branch
 
-        decoded, sizes, received, data = tf.cond(phase3, lambda: run(late),
-                                                 lambda: run(early))
-        with tf.device(transport.reduce_device):
+        decoded, sizes, received, data = yield Branch(phase3, measured(late), measured(early))
+        with tf.device(group.reduce_device):
             total = ordered_sum(tf.unstack(decoded))
         mine = [decoded[r] for r in ranks]
         return total, mine, tf.unstack(sizes), tf.unstack(received), data
@@ -582,15 +579,15 @@ class LgcRAR(_Lgc):
         autoencoder learns to reproduce sums."""
         return tf.reduce_mean(tf.square(ae.decode(ae.encode(data), k, 0) - data))
 
-    def _round_b(self, transport, exs, values, ranks, ae, scale, phase3, exchange,
+    def _round_b(self, group, exs, values, ranks, ae, scale, phase3, exchange,
                  config, key, bucket, k):
         wire = exs[0].compressor.wire_dtype(tf.float32)
 
         def early():
             sent = [tf.cast(tf.cast(v, tf.float32), wire) for v in values]
-            (total,) = transport.all_reduce([[s] for s in sent])
+            (total,) = yield Sum([[s] for s in sent])
             mine = [tf.cast(s, tf.float32) for s in sent]
-            with tf.device(transport.reduce_device):
+            with tf.device(group.reduce_device):
                 total = tf.cast(total, tf.float32)
                 data = tf.expand_dims(total / scale, 0)
             sizes = [tf.size(s, out_type=tf.int64) * s.dtype.size for s in sent]
@@ -598,22 +595,21 @@ class LgcRAR(_Lgc):
 
         def late():
             sent, mine = [], []
-            for device, v in zip(transport.devices, values):
+            for device, v in zip(group.devices, values):
                 with tf.device(device):
                     z = ae.encode(tf.expand_dims(tf.cast(v, tf.float32) / scale, 0))
                     w = tf.cast(z[0], wire)
                     sent.append(w)
                     mine.append(ae.decode(tf.expand_dims(tf.cast(w, tf.float32), 0), k, 0)[0]
                                 * scale)
-            (zsum,) = transport.all_reduce([[s] for s in sent])
-            with tf.device(transport.reduce_device):
+            (zsum,) = yield Sum([[s] for s in sent])
+            with tf.device(group.reduce_device):
                 total = ae.decode(tf.expand_dims(tf.cast(zsum, tf.float32), 0), k, 0)[0] * scale
             sizes = [tf.size(s, out_type=tf.int64) * s.dtype.size for s in sent]
             return total, tf.stack(mine), tf.stack(sizes), tf.zeros([1, k])
 
-        total, mine, sizes, data = tf.cond(phase3, lambda: self._branch(transport, late),
-                                           lambda: self._branch(transport, early))
-        r = transport.num_replicas
+        total, mine, sizes, data = yield Branch(phase3, late, early)
+        r = group.num_replicas
         received = [ring_received(s_, r) for s_ in tf.unstack(sizes)]
         return total, tf.unstack(mine), tf.unstack(sizes), received, data
 
