@@ -37,8 +37,10 @@ payload belongs to another variable or configuration. Every worker names a
 variable alike (deepreduce_tf.distribute derives the key from the variable or
 from its place in the batch), so the workers' payloads of one variable agree.
 Without a name (name=None, no residual memory) the identity is the
-configuration and the shape only. Bucket and batch payloads carry the
-configuration in config and their layout (keys, shapes) in layout instead.
+configuration and the shape only. Bucket and batch payloads (their
+containers: deepreduce_tf/fused.py; the wire format: deepreduce_tf/wire.py)
+carry the configuration in config and their layout (keys, shapes) in layout
+instead.
 A corrupted, truncated or extended payload fails the container's checks; a
 payload written by a newer format version is refused with an upgrade hint.
 
@@ -76,9 +78,9 @@ from deepreduce_tf.codecs import value as value_codecs
 from deepreduce_tf.memory import Sent
 from deepreduce_tf.ops import fusion as fusion_ops
 from deepreduce_tf.ops import payload as payload_ops
+from deepreduce_tf.fused import FusedCoding
 from deepreduce_tf.slices import SlicesCoding
 from deepreduce_tf.sparsifiers import Sparsifier
-from deepreduce_tf.transport import ordered_sum
 from deepreduce_tf.wire import (  # noqa: F401 (the format, named here as before)
     BATCH_FIELDS, BUCKET_FIELDS, BUCKET_SECTIONS, BatchContext, BucketContext, Context,
     DEFAULT_MIN_SIZE, DTYPE_CODES, F_AUX0, F_AUX1, F_CONFIG, F_COUNT, F_DENSE_N, F_DTYPE, F_INDEX,
@@ -88,7 +90,7 @@ from deepreduce_tf.wire import (  # noqa: F401 (the format, named here as before
     _identity, _key_seed, bucket_record)
 
 
-class Compressor(SlicesCoding):
+class Compressor(FusedCoding, SlicesCoding):
     """sparsifier + index codec + value codec: encode and decode, nothing kept.
 
     The compressor turns a compensated gradient (one tensor, or a fused
@@ -578,104 +580,6 @@ class Compressor(SlicesCoding):
                                 "payload index section must be empty without a sparsifier"))
         return checks
 
-    # ----------------------------------------------------------------- buckets
-    @staticmethod
-    def check_bucket(bucket, flat):
-        """flat as a Tensor, or an error if it is not the bucket's vector."""
-        if not isinstance(bucket, fusion.Bucket):
-            raise TypeError(f"bucket must be a fusion.Bucket, got {bucket!r}")
-        flat = tf.convert_to_tensor(flat)
-        if flat.dtype != bucket.dtype or flat.shape.num_elements() != bucket.n:
-            raise ValueError(f"bucket {bucket.key!r} holds {bucket.n} {bucket.dtype.name} "
-                             f"elements, got {flat.dtype.name} {flat.shape}")
-        return flat
-
-    def encode_empty(self, dtype):
-        """The encoding of an empty sparse section (a bucket of small tensors)."""
-        return self._encode_dense(tf.zeros([0], dtype))
-
-    def bucket_payload(self, bucket, enc, rest):
-        """One fused bucket's payload: the encoding of its sparse section
-        (ONE sparsification, one index and one value coding) and its dense
-        section `rest` as raw bytes. Returns (payload, BucketContext)."""
-        dense_section = self._raw_bytes(rest) if bucket.dense_n else tf.zeros([0], tf.uint8)
-        meta = self._meta(enc.mode, bucket.dtype, bucket.sparse_n, enc.k, enc.count,
-                          (enc.aux0, enc.aux1), extra=(bucket.dense_n, bucket.layout_id))
-        payload = payload_ops.pack([enc.index, enc.value, enc.perm, dense_section], meta,
-                                   kind=KIND_BUCKET)
-        nbytes = tf.size(payload, out_type=tf.int64)
-        return payload, bucket_record(bucket, nbytes)
-
-    @_graph_safe
-    def decompress_bucket(self, payload, ctx):
-        """Decodes a compress_bucket() payload of any worker into the flat
-        bucket vector [n] (sparse section, then dense section)."""
-        if not isinstance(ctx, BucketContext):
-            raise TypeError(f"ctx must be the BucketContext of compress_bucket(), got {ctx!r}")
-        return self.decompress_buckets_sum([payload], ctx)
-
-    def _unpack_bucket(self, payload, ctx):
-        b = ctx.bucket
-        expected = {F_INDEX: self.index_codec.codec_id, F_VALUE: self.value_codec.codec_id,
-                    F_DTYPE: DTYPE_CODES[b.dtype], F_N: b.sparse_n, F_CONFIG: self.config_id,
-                    F_DENSE_N: b.dense_n, F_LAYOUT: b.layout_id}
-        if not b.sparse_n:
-            expected[F_MODE] = MODE_DENSE
-        return payload_ops.unpack(payload, BUCKET_SECTIONS, len(BUCKET_FIELDS),
-                                  kind=KIND_BUCKET, expected=expected,
-                                  field_names=list(BUCKET_FIELDS))
-
-    def _decode_parts(self, meta, sections, n, dtype):
-        """(positions, values) of a bucket's sparse section in either mode (a
-        dense-mode payload: every position)."""
-        mode = meta[F_MODE]
-        mode = guarded(mode, check(mode <= MODE_SPARSE, "payload field 'mode' is not 0 or 1"))
-        return tf.cond(
-            tf.equal(mode, MODE_SPARSE),
-            lambda: self._decode_sparse_parts(meta, sections, n, dtype),
-            lambda: (tf.range(n, dtype=tf.int64), self._decode_dense(meta, sections, n, dtype)))
-
-    @_graph_safe
-    def decompress_buckets_sum(self, payloads, ctx):
-        """The SUM, in list order, of compress_bucket() payloads of several
-        workers for one bucket, as its flat vector [n]. Sparse sections are
-        scattered once, all payloads' positions together (ScatterNd adds in
-        update order: the same bits as decoding each and summing in order)."""
-        if not isinstance(ctx, BucketContext):
-            raise TypeError(f"ctx must be the BucketContext of compress_bucket(), got {ctx!r}")
-        b = ctx.bucket
-        unpacked = [self._unpack_bucket(p, ctx) for p in payloads]
-        checks = []
-        if not b.sparse_n:  # no sparse section: its fields and sections are empty
-            checks += [self._decode_dense(meta, sections, 0, b.dtype)
-                       for meta, sections in unpacked]
-            sparse = None
-        elif self.sparsifier.dense:
-            sparse = ordered_sum([self._decode_modes(meta, sections, b.sparse_n, b.dtype)
-                                  for meta, sections in unpacked])
-        else:
-            parts = [self._decode_parts(meta, sections, b.sparse_n, b.dtype)
-                     for meta, sections in unpacked]
-            positions = tf.concat([p for p, _ in parts], 0)
-            values = tf.concat([v for _, v in parts], 0)
-            sparse = (positions, values)
-        if b.dense_n:
-            dense = ordered_sum([value_codecs.RawValue().decode(
-                sections[3], tf.constant(b.dense_n, tf.int64), b.dtype)
-                for _, sections in unpacked])
-        else:
-            dense = None
-            checks += [check(tf.equal(tf.size(sections[3]), 0),
-                             "bucket payload's dense section must be empty")
-                       for _, sections in unpacked]
-        if isinstance(sparse, tuple):  # scattered, with the dense section after it
-            flat = fusion_ops.scatter_sum(*sparse, b.sparse_n, tail=dense)
-        else:
-            flat = [t for t in (sparse, dense) if t is not None]
-            flat = flat[0] if len(flat) == 1 else (tf.concat(flat, 0) if flat
-                                                   else tf.zeros([0], b.dtype))
-        return tf.reshape(guarded(flat, *checks), [b.n])
-
     def plan(self, keys, tensors):
         """The fusion plan of a batch (cached per keys, shapes and dtypes)."""
         signature = tuple((k, tuple(t.shape.as_list()), t.dtype) for k, t in zip(keys, tensors))
@@ -685,48 +589,3 @@ class Compressor(SlicesCoding):
                                     self.min_size, self.bucket_cap_mb)
             self._plans[signature] = plan
         return plan
-
-    # ----------------------------------------------------------------- batches
-    def batch_payload(self, plan, parts):
-        """The payload of a batch from its buckets' payloads: the bucket's
-        own when there is one, else a container of kind KIND_BATCH whose
-        sections are the bucket payloads."""
-        if len(parts) == 1:  # one bucket: its payload is the batch's (no second container)
-            return parts[0]
-        meta = [len(parts), self.config_id, plan.layout_id]
-        return payload_ops.pack(parts, meta, kind=payload_ops.KIND_BATCH)
-
-    @_graph_safe
-    def decompress_batch_flat(self, payload, ctx):
-        """A compress_batch() payload of any worker -> one flat decoded
-        vector per bucket (sum these across workers, then ctx.plan.unpack)."""
-        if not isinstance(ctx, BatchContext):
-            raise TypeError(f"ctx must be the BatchContext of compress_batch(), got {ctx!r}")
-        return [self.decompress_bucket(p, c)
-                for p, c in zip(self._unpack_batch(payload, ctx), ctx.contexts)]
-
-    def _unpack_batch(self, payload, ctx):
-        if len(ctx.contexts) == 1:
-            return [payload]
-        _, parts = payload_ops.unpack(
-            payload, len(ctx.contexts), len(BATCH_FIELDS), kind=payload_ops.KIND_BATCH,
-            expected={0: len(ctx.contexts), 1: self.config_id, 2: ctx.plan.layout_id},
-            field_names=list(BATCH_FIELDS))
-        return parts
-
-    @_graph_safe
-    def decompress_batch_sum(self, payloads, ctx):
-        """The SUM, in list order, of several workers' compress_batch()
-        payloads, as one flat vector per bucket: bit for bit the ordered sum
-        of their decompress_batch_flat() vectors, with one scatter per bucket
-        instead of one per payload (then ctx.plan.unpack)."""
-        if not isinstance(ctx, BatchContext):
-            raise TypeError(f"ctx must be the BatchContext of compress_batch(), got {ctx!r}")
-        per_payload = [self._unpack_batch(p, ctx) for p in payloads]
-        return [self.decompress_buckets_sum([parts[i] for parts in per_payload], c)
-                for i, c in enumerate(ctx.contexts)]
-
-    @_graph_safe
-    def decompress_batch(self, payload, ctx):
-        """Inverse of compress_batch: the list of decoded tensors."""
-        return ctx.plan.unpack(self.decompress_batch_flat(payload, ctx))

@@ -44,7 +44,7 @@ from deepreduce_tf.accounting import ring_received
 from deepreduce_tf.exchange import rounds as rounds_lib
 
 Transfer = collections.namedtuple("Transfer", ["sums", "outcomes", "sent", "received"])
-Transfer.__doc__ = """What transfer() returns.
+Transfer.__doc__ = """What a communicator's rounds() return (and transfer() passes on).
 
 sums: one flat summed vector per bucket, on the transport's reduce device;
 outcomes[r][b]: replica r's exchange.Outcome of bucket b (what its memory
