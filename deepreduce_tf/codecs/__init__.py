@@ -17,9 +17,9 @@ and a memory.
     codecs.spec_by_wire_id("value", 3).name        # 'qsgd'
     codecs.make_index_codec("bloom", fpr=0.01)
 """
-from deepreduce_tf.codecs.base import (KINDS, REGENERATE_DOCS, REGISTRY, SEED, Codec,
-                                       CodecRegistry, CodecSpec, Param, markdown_table,
-                                       register, spec_of)
+from deepreduce_tf.codecs.base import (KINDS, REGISTRY, SEED, Codec, CodecRegistry, CodecSpec,
+                                       Param, register, spec_of)
+from deepreduce_tf.codecs.page import REGENERATE_DOCS, markdown_table
 from deepreduce_tf.codecs.index import (INDEX_ALIASES, INDEX_CODECS, IndexCodec, IndexEncoding,
                                         make_index_codec)
 from deepreduce_tf.codecs.value import (VALUE_ALIASES, VALUE_CODECS, ValueCodec, ValueEncoding,

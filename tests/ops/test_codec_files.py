@@ -21,7 +21,7 @@ import deepreduce_tf
 import index_reference as ref
 import value_reference as vref
 from deepreduce_tf import codecs
-from deepreduce_tf.codecs import base
+from deepreduce_tf.codecs import page
 from deepreduce_tf.ops import _loader, codec_table
 from deepreduce_tf.ops import index as index_ops
 from deepreduce_tf.ops import value as value_ops
@@ -277,4 +277,4 @@ def test_the_doc_lists_the_files_of_a_new_codec():
     # The codecs still on the older path are named, with the reason.
     for name in sorted(OWN_VALUE_OPS) + ["int32", "bitmap", "rle", "golomb"]:
         assert name in section[section.index("Beyond that convention"):], name
-    assert base.ADDING_A_CODEC[0] == "## Adding a codec"
+    assert page.ADDING_A_CODEC[0] == "## Adding a codec"
