@@ -73,6 +73,8 @@ CONFIGS = {
                          "index": "golomb", "value": "qsgd", "bits": 3},
     "golomb_qsgd2_r22": {"compressor": "topk", "compress_ratio": 0.22, "deepreduce": "both",
                          "index": "golomb", "value": "qsgd", "bits": 2},
+    "golomb_qsgd1_r29": {"compressor": "topk", "compress_ratio": 0.29, "deepreduce": "both",
+                         "index": "golomb", "value": "qsgd", "bits": 1},
     "golomb_qsgd3_d25_u12": {"compressor": "topk", "compress_ratio": 0.12, "deepreduce": "both",
                              "index": "golomb", "value": "qsgd", "bits": 3},
     "golomb_qsgd3_d12_u25": {"compressor": "topk", "compress_ratio": 0.25, "deepreduce": "both",
@@ -173,6 +175,7 @@ DESCRIPTIONS = {
     "golomb_qsgd3_r20": "top-r 20 %, golomb indices (lossless), QSGD 3-bit values",
     "golomb_qsgd3_r18": "top-r 18 %, golomb indices (lossless), QSGD 3-bit values",
     "golomb_qsgd2_r22": "top-r 22 %, golomb indices (lossless), QSGD 2-bit values",
+    "golomb_qsgd1_r29": "top-r 29 %, golomb indices (lossless), QSGD 1-bit values (ternary)",
     "golomb_qsgd3_d25_u12": "golomb indices, QSGD 3-bit values; top-r 25 % down, 12 % up",
     "golomb_qsgd3_d12_u25": "golomb indices, QSGD 3-bit values; top-r 12 % down, 25 % up",
 }

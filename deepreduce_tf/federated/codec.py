@@ -155,11 +155,29 @@ class ModelCodec:
                 raise ValueError(f"{what}: tensor {name!r} is {a.dtype} {tuple(a.shape)}, "
                                  f"expected {d.name} {s}")
 
+    def step_counters(self):
+        """{key: step} of the encoder's per-key step counters: the seeds of
+        QSGD's rounding and random-k's positions advance with them, so a
+        restarted sender restores them to encode as it would have."""
+        return {str(k): int(v.numpy()) for k, v in self.compressor.steps.items()}
+
+    def set_step_counters(self, counters):
+        """Restores step_counters() (keys of this model's configuration)."""
+        for key, step in counters.items():
+            self.compressor.step_counter(key).assign(int(step))
+
     def zeros(self):
         return [np.zeros(s, d.as_numpy_dtype) for s, d in zip(self.shapes, self.dtypes)]
 
-    def encode(self, update, residual=None):
+    def encode(self, update, residual=None, step=None):
         """Compresses update (+ residual with error feedback).
+
+        step: this encoding's step number (an int >= 1), which seeds QSGD's
+        rounding and random-k's positions with the seed parameter; None:
+        the codec's own counter (1, 2, ... per encoding). Senders that each
+        start from a new codec (a Flower client runs each message in a fresh
+        process) pass a number unique to the message, or every one of them
+        would round with the same noise.
 
         Returns:
           (payload bytes, decoded arrays: what every receiver decodes,
@@ -181,6 +199,10 @@ class ModelCodec:
                 raise ValueError(f"the update has NaN/Inf in tensor {name!r}: not sent (the "
                                  "residual is kept); check the local training (learning rate, "
                                  "loss scaling)")
+        if step is not None:
+            if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 1:
+                raise ValueError(f"step must be an int >= 1, got {step!r}")
+            self.set_step_counters({b.key: int(step) - 1 for b in self._ctx.plan.buckets})
         payload, _ = self.compressor.compress_batch([tf.constant(a) for a in x], self.names)
         payload = payload.numpy().tobytes()
         decoded = self._decode(payload)

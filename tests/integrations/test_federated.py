@@ -930,3 +930,196 @@ def test_deployment_superlink_and_three_supernodes(tmp_path):
     assert result["rounds"][0]["down_bytes"] == 3 * dense  # first contact: the dense model
     assert 0 < result["rounds"][1]["down_bytes"] < 0.3 * 3 * dense  # then one version each
     assert 0 < totals["up_ratio"] < 0.3
+
+
+# ---------------------------------------------------------------------------
+# The server's state survives a restart of the server process
+
+def _resumed_matches_uninterrupted(tmp_path, make, mods_of=None, rounds=(3, 3)):
+    """Runs rounds[0] + rounds[1] rounds without a stop, then again with the
+    strategy saved after rounds[0] and a new one loaded from the file: the
+    messages, the clients' models and residuals, the global model and the
+    accounting are the same bit for bit."""
+    total = sum(rounds)
+    runs = []
+    for stop in (None, rounds[0]):
+        random.seed(5)  # FedAvg's sampling: the same draws in both runs
+        flower._CLIENT_CODECS._cache.clear()  # the clients' encoders start afresh in both
+        contexts = contexts_for(range(1, 6))
+        mods = mods_of() if mods_of else None
+        log = []
+        strategy = make()
+        if stop is None:
+            model, measured = run_rounds(strategy, contexts, total, client_mods=mods, log=log)
+        else:
+            model, measured = run_rounds(strategy, contexts, stop, client_mods=mods, log=log)
+            path = tmp_path / "server_state.npz"
+            strategy.save_state(str(path))
+            del strategy  # the server process stops; a new one loads the file
+            strategy = make()
+            strategy.load_state(str(path))
+            model, more = run_rounds(strategy, contexts, total - stop, client_mods=mods,
+                                     log=log, first=stop + 1, model=model)
+            measured = measured + more
+        runs.append((strategy, contexts, model, measured, log))
+    (a, ca, ma, meas_a, log_a), (b, cb, mb, meas_b, log_b) = runs
+    assert meas_a == meas_b
+    assert [e["crc"] for e in log_a] == [e["crc"] for e in log_b]
+    for x, y in zip(ma.to_numpy_ndarrays(), mb.to_numpy_ndarrays()):
+        np.testing.assert_array_equal(x, y)
+    for node in ca:
+        for key in (flower._STATE_MODEL, flower._STATE_RESIDUAL):
+            if key in ca[node].state:
+                assert model_crc(ca[node].state[key].to_numpy_ndarrays()) == model_crc(
+                    cb[node].state[key].to_numpy_ndarrays())
+    assert a.rounds == b.rounds and a.totals() == b.totals()
+    return a, b
+
+
+@pytest.mark.parametrize("params", [GOLOMB_QSGD, dict(GOLOMB_QSGD, bits=1,
+                                                      compress_ratio=0.3)],
+                         ids=["qsgd8", "qsgd1"])
+def test_per_node_server_state_resumes_bit_exact(task_identity, tmp_path, params):
+    """downlink='per_node', initial_on_clients, 2 of 5 nodes per round: each
+    node's model, the nodes seen and the accounting come back from the
+    file, so the resumed server sends what the uninterrupted one sends."""
+    initial = arrays(0, 0.1)
+
+    def make():
+        return DeepReduceStrategy(
+            FedAvg(fraction_train=0.4, min_train_nodes=2, min_available_nodes=5,
+                   fraction_evaluate=0.0), params, downlink="per_node", initial_on_clients=True)
+
+    def mods():
+        mod = flower.DeepReduceMod(initial_model=lambda: [a.copy() for a in initial])
+        return {n: mod for n in range(1, 6)}
+
+    a, b = _resumed_matches_uninterrupted(tmp_path, make, mods)
+    assert list(a._held) == list(b._held)  # least recently sent first, as before
+    assert a.totals()["down_ratio"] < 0.5
+
+
+def test_versions_server_state_resumes_bit_exact(task_identity, tmp_path):
+    """downlink='versions': x^ and the chain of versions come back, so a node
+    that missed rounds across the restart gets the same chain."""
+    def make():
+        return DeepReduceStrategy(
+            FedAvg(fraction_train=0.4, min_train_nodes=2, min_available_nodes=5,
+                   fraction_evaluate=0.0), GOLOMB_QSGD)
+
+    a, b = _resumed_matches_uninterrupted(tmp_path, make, rounds=(4, 3))
+    assert a._version == b._version == 6 and a._versions.keys() == b._versions.keys()
+    np.testing.assert_array_equal(np.concatenate([x.ravel() for x in a.model_hat]),
+                                  np.concatenate([x.ravel() for x in b.model_hat]))
+
+
+def test_server_state_that_does_not_fit_is_refused_and_changes_nothing(task_identity,
+                                                                        tmp_path):
+    contexts = contexts_for([1, 2, 3])
+    strategy = DeepReduceStrategy(fedavg(3), GOLOMB_QSGD, downlink="per_node")
+    with pytest.raises(ValueError, match="after its first round"):
+        strategy.save_state(str(tmp_path / "early.npz"))
+    run_rounds(strategy, contexts, 2)
+    path = tmp_path / "state.npz"
+    strategy.save_state(str(path))
+    good = path.read_bytes()
+
+    def fresh(**kwargs):
+        return DeepReduceStrategy(fedavg(3), kwargs.pop("params", GOLOMB_QSGD),
+                                  **dict({"downlink": "per_node"}, **kwargs))
+
+    for strategy_kwargs, match in (({"params": LOSSLESS}, "params="),
+                                   ({"downlink": "versions"}, "downlink="),
+                                   ({"server_params": LOSSLESS}, "server_params=")):
+        other = fresh(**strategy_kwargs)
+        with pytest.raises(ValueError, match=match):
+            other.load_state(str(path))
+        assert other._names is None and other.rounds == []
+    for name, data, match in (
+            ("truncated", good[: len(good) // 2], "not a saved server state"),
+            ("not_npz", b"hello", "not a saved server state"),
+            ("empty", b"", "not a saved server state")):
+        bad = tmp_path / f"{name}.npz"
+        bad.write_bytes(data)
+        other = fresh()
+        with pytest.raises(ValueError, match=match):
+            other.load_state(str(bad))
+        assert other._names is None
+
+    import io as _io
+    with np.load(_io.BytesIO(good)) as files:
+        saved = {k: files[k] for k in files.files}
+    header = json.loads(saved["header"].tobytes())
+
+    def rewrite(name, header=header, **arrays):
+        out = dict(saved, **arrays)
+        out["header"] = np.frombuffer(json.dumps(header).encode(), np.uint8)
+        p = tmp_path / f"{name}.npz"
+        with open(p, "wb") as f:
+            np.savez(f, **out)
+        return str(p)
+
+    cases = [
+        (rewrite("format", dict(header, format_version=99)), "format 99"),
+        (rewrite("shape", **{"model_hat/2": np.zeros((3, 3), np.float32)}), "tensor '2'"),
+        (rewrite("dtype", **{"source/0": saved["source/0"].astype(np.float64)}), "float64"),
+        (rewrite("node", dict(header, held=["x"])), "'held'"),
+        (rewrite("missing", dict(header, names=NAMES + ["extra"])), "missing"),
+        (rewrite("stray", **{"junk": np.zeros(3)}), "junk"),
+    ]
+    for p, match in cases:
+        other = fresh()
+        with pytest.raises(ValueError, match=match):
+            other.load_state(p)
+        assert other._names is None and not other._held
+    # The good file still loads; the node memory bound of the loading
+    # strategy applies.
+    dense = sum(int(np.prod(s)) * 4 for s in SHAPES)
+    small = fresh(node_memory_bytes=dense)
+    small.load_state(str(path))
+    assert len(small._held) == 1 and list(small._held) == list(strategy._held)[-1:]
+
+
+def test_clients_round_with_noise_of_their_own(task_identity):
+    """A Flower client runs each message in a fresh process, so its codec
+    starts anew every time: the step number that seeds QSGD's rounding comes
+    from the node and the model version, not from the codec's counter.
+    Two nodes sending the same update in the same round send different
+    payloads (a mean of same-noise roundings would keep the noise); the same
+    node and version reproduce theirs."""
+    ternary = dict(GOLOMB_QSGD, bits=1, compress_ratio=0.3)
+    update = arrays(3, 0.2)
+    first, second = (ModelCodec(ternary, NAMES, SHAPES, ["float32"] * len(SHAPES))
+                     for _ in range(2))
+    # Without a step, two fresh codecs round alike: the noise every client
+    # would share.
+    assert first.encode(update)[0] == second.encode(update)[0]
+    a = first.encode(update, step=flower._message_step(1, 4))
+    b = second.encode(update, step=flower._message_step(2, 4))
+    again = second.encode(update, step=flower._message_step(1, 4))
+    assert a[0] != b[0] and a[0] == again[0]
+    for d in (a[1], b[1]):  # both decode to ternary values per bucket
+        for u, x in zip(update, d):
+            if u.size >= 1024:
+                assert len(np.unique(np.abs(x[x != 0]))) <= math.ceil(0.3 * u.size / 512) + 1
+    with pytest.raises(ValueError, match="step must be"):
+        first.encode(update, step=0)
+
+    # Through the strategy and the mod: every client trains to the same model.
+    contexts = contexts_for([1, 2])
+    strategy = DeepReduceStrategy(fedavg(2), ternary)
+    same = arrays(9, 0.5)
+    payloads = []
+
+    def train(msg, context):
+        flower._CLIENT_CODECS._cache.clear()  # as a fresh process
+        return Message(RecordDict({"arrays": ArrayRecord([a.copy() for a in same]),
+                                   "metrics": MetricRecord({"num-examples": 1})}), reply_to=msg)
+
+    def spy(msg, context, call_next):
+        reply = deepreduce_mod(msg, context, call_next)
+        payloads.append(reply.content["arrays"]["payload"].data)
+        return reply
+
+    run_rounds(strategy, contexts, 2, client_mods={1: spy, 2: spy}, train=train)
+    assert len(payloads) == 4 and payloads[0] != payloads[1] and payloads[2] != payloads[3]
