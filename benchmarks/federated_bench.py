@@ -75,6 +75,8 @@ CONFIGS = {
                          "index": "golomb", "value": "qsgd", "bits": 2},
     "golomb_qsgd1_r29": {"compressor": "topk", "compress_ratio": 0.29, "deepreduce": "both",
                          "index": "golomb", "value": "qsgd", "bits": 1},
+    "golomb_stc_r40": {"compressor": "topk", "compress_ratio": 0.40, "deepreduce": "both",
+                       "index": "golomb", "value": "ternary"},
     "golomb_qsgd3_d25_u12": {"compressor": "topk", "compress_ratio": 0.12, "deepreduce": "both",
                              "index": "golomb", "value": "qsgd", "bits": 3},
     "golomb_qsgd3_d12_u25": {"compressor": "topk", "compress_ratio": 0.25, "deepreduce": "both",
@@ -176,6 +178,7 @@ DESCRIPTIONS = {
     "golomb_qsgd3_r18": "top-r 18 %, golomb indices (lossless), QSGD 3-bit values",
     "golomb_qsgd2_r22": "top-r 22 %, golomb indices (lossless), QSGD 2-bit values",
     "golomb_qsgd1_r29": "top-r 29 %, golomb indices (lossless), QSGD 1-bit values (ternary)",
+    "golomb_stc_r40": "top-r 40 %, golomb indices (lossless), sparse ternary values (STC)",
     "golomb_qsgd3_d25_u12": "golomb indices, QSGD 3-bit values; top-r 25 % down, 12 % up",
     "golomb_qsgd3_d12_u25": "golomb indices, QSGD 3-bit values; top-r 12 % down, 25 % up",
 }

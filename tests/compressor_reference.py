@@ -43,6 +43,9 @@ def value_roundtrip(vals, codec, seed=0, levels=127, bucket=512, degree=5,
     if codec == "qsgd":
         payload = value_reference.qsgd_encode_reference(v, levels, bucket, seed)
         return ident, value_reference.qsgd_decode_reference(payload)
+    if codec == "ternary":
+        payload = value_reference.ternary_encode_reference(v, bucket)
+        return ident, value_reference.ternary_decode_reference(payload, v.size, bucket)
     if codec == "polyfit":
         perm, _, _, dec = value_reference.polyfit_reference(v, degree, segmentation)
         return perm, dec

@@ -11,7 +11,8 @@ import numpy as np
 
 HEADER = struct.Struct("<2sBBIQ")  # magic, codec id, version, flags, K
 MAGIC = b"DV"
-CODEC_IDS = {"polyfit": 1, "dexp": 2, "qsgd": 3, "fp16": 4, "bf16": 5, "deflate": 6}
+CODEC_IDS = {"polyfit": 1, "dexp": 2, "qsgd": 3, "fp16": 4, "bf16": 5, "deflate": 6,
+             "ternary": 7}
 
 
 def parse_header(payload):
@@ -35,6 +36,25 @@ def bf16_encode_reference(values):
     bits = np.asarray(values, np.float32).view(np.uint32).astype(np.uint64)
     half = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype("<u2")
     return header("bf16", len(values)) + half.tobytes()
+
+
+def ternary_encode_reference(values, bucket=512):
+    """STC's section, written from its definition: per bucket of `bucket`
+    values the mean magnitude (float32, the mean in float64 then rounded),
+    then one sign bit per value (1 = negative; bit i % 8 of byte i // 8)."""
+    v = np.asarray(values, np.float32)
+    means = [np.mean(np.abs(v[i:i + bucket]).astype(np.float64))
+             for i in range(0, len(v), bucket)]
+    bits = np.packbits((v < 0).astype(np.uint8), bitorder="little")
+    return np.asarray(means, "<f4").tobytes() + bits.tobytes()
+
+
+def ternary_decode_reference(section, count, bucket=512):
+    buckets = -(-count // bucket)
+    means = np.frombuffer(section[:4 * buckets], "<f4")
+    signs = np.unpackbits(np.frombuffer(section[4 * buckets:], np.uint8),
+                          bitorder="little")[:count]
+    return np.where(signs > 0, -1.0, 1.0).astype(np.float32) * np.repeat(means, bucket)[:count]
 
 
 def sort_desc(values):

@@ -11,6 +11,8 @@
   dexp     double-exponential fit of the sorted values; lossy; reorders.
   deflate  zlib of the float32 bytes; lossless for float32 (float16 and
            bfloat16 widen exactly; float64 is rounded to float32 first).
+  ternary  sparse ternary (STC): a sign bit per value and the mean magnitude
+           of each bucket; lossy, biased (error feedback carries the rest).
 
 All codecs but raw work on float32; the compressor casts. Each codec is a
 row of the codec table (deepreduce_tf/ops/codec_table.py: name, wire id,
@@ -181,6 +183,12 @@ class DexpValue(_OpValue):
     max_abs = FIT_MAX_ABS
 
 
+# Values sharing one scale: qsgd's and ternary's buckets.
+BUCKET_SIZE = Param("bucket_size", int, 512, low=1, high=1 << 30, aliases=("buckets_num",),
+                    help="values sharing one scale (qsgd: the maximum; ternary: the mean "
+                         "magnitude)")
+
+
 @register("qsgd", seeded=True,
           params=(Param("bits", int, None, low=1, high=8,
                         help="QSGD bits per value, s = 2^bits - 1 levels; bits or "
@@ -188,8 +196,7 @@ class DexpValue(_OpValue):
                   Param("quantum_num", int, None, arg="levels", low=1, high=255,
                         aliases=("levels",),
                         help="QSGD levels s; bits or quantum_num, not both (neither: 127)"),
-                  Param("bucket_size", int, 512, low=1, high=1 << 30, aliases=("buckets_num",),
-                        help="QSGD bucket size (values sharing one scale)")),
+                  BUCKET_SIZE),
           summary="stochastic quantization, max-scaled per bucket; unbiased, per-step seed")
 class QsgdValue(_OpValue):
     max_abs = FIT_MAX_ABS
@@ -205,6 +212,70 @@ class QsgdValue(_OpValue):
         enc = value_ops.encode("qsgd", values, levels=self.levels,
                                bucket_size=self.bucket_size, seed=seed)
         return ValueEncoding(enc.payload, None)
+
+
+@register("ternary", params=(BUCKET_SIZE,),
+          summary="sparse ternary (STC): a sign bit per value, one mean magnitude per bucket")
+class TernaryValue(ValueCodec):
+    """Sparse ternary compression (Sattler et al., STC, 2019): each value
+    travels as its sign, and every bucket of bucket_size consecutive values
+    as the mean of its magnitudes, so a value decodes to +-mean. One bit per
+    value plus 32 bits per bucket; deterministic and biased: what it leaves
+    out goes to the residual (error feedback), which is what makes STC
+    converge. The section: the K values' buckets' means (ceil(K / bucket)
+    little-endian float32), then the sign bits (ceil(K / 8) bytes, value i
+    in bit i % 8 of byte i // 8, 1 = negative)."""
+
+    max_abs = FIT_MAX_ABS
+
+    def __init__(self, bucket_size=512):
+        self.bucket_size = value_ops._int_param("ternary", "bucket_size", bucket_size, 1,
+                                                1 << 30)
+
+    def config(self):
+        return {"bucket_size": self.bucket_size}
+
+    def encode(self, values, seed):
+        values = tf.reshape(tf.cast(values, tf.float32), [-1])
+        k = tf.size(values, out_type=tf.int64)
+        b = self.bucket_size
+        buckets = (k + b - 1) // b
+        padded = tf.pad(values, [[0, buckets * b - k]])
+        # The means in float64, rounded once: what any summation order gives.
+        sums = tf.reduce_sum(tf.reshape(tf.cast(tf.abs(padded), tf.float64), [-1, b]), axis=1)
+        counts = tf.minimum(tf.constant(b, tf.int64), k - tf.range(buckets) * b)
+        means = tf.cast(sums / tf.cast(counts, tf.float64), tf.float32)
+        signs = tf.cast(values < 0, tf.uint8)
+        signs = tf.pad(signs, [[0, (8 - k % 8) % 8]])
+        weights = tf.constant([1 << i for i in range(8)], tf.uint8)
+        bits = tf.reduce_sum(tf.reshape(signs, [-1, 8]) * weights, axis=1)
+        section = tf.concat([tf.reshape(tf.bitcast(means, tf.uint8), [-1]), bits], 0)
+        return ValueEncoding(section, None)
+
+    def decode(self, section, count, dtype, limit):
+        count = tf.cast(count, tf.int64)
+        size = tf.size(section, out_type=tf.int64)
+        b = self.bucket_size
+        # count <= limit first: every size below is then a small number.
+        count = guarded(count, check(
+            tf.logical_and(count >= 0, count <= int(limit)),
+            f"ternary value section: value count outside [0, {int(limit)}]"))
+        buckets = (count + b - 1) // b
+        section = guarded(section, check(
+            tf.equal(size, 4 * buckets + (count + 7) // 8),
+            f"ternary value section: expected 4 bytes per bucket of {b} values and a "
+            "sign bit per value"))
+        means = tf.bitcast(tf.reshape(section[:4 * buckets], [-1, 4]), tf.float32)
+        means = guarded(means, check(
+            tf.reduce_all(tf.logical_and(tf.math.is_finite(means), means >= 0)),
+            "ternary value section: a bucket's mean magnitude is negative or not finite"))
+        bits = section[4 * buckets:]
+        signs = tf.bitwise.bitwise_and(
+            tf.bitwise.right_shift(bits[:, None], tf.constant(list(range(8)), tf.uint8)),
+            tf.constant(1, tf.uint8))
+        signs = tf.reshape(signs, [-1])[:count]
+        scale = tf.repeat(means, b)[:count]
+        return tf.where(signs > 0, -scale, scale)
 
 
 VALUE_CODECS = RegistryView("value")

@@ -100,6 +100,7 @@ VALUE_CODECS = (
     _value("bf16", 5, aliases=("bfloat16",), kernels="value", wire_dtype="bfloat16",
            gpu=True),
     _value("deflate", 6, aliases=("zlib", "gzip"), kernels="value", attrs=[("level", 6, 0, 9)]),
+    _value("ternary", 7, aliases=("stc",)),
 )
 
 # The decoder fuzz harness's targets that are not codecs (kernels/fuzz/

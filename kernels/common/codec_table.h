@@ -87,7 +87,8 @@ struct OpArgsOf {
   X(qsgd, Qsgd, 3, value)       \
   X(fp16, Fp16, 4, value)       \
   X(bf16, Bf16, 5, value)       \
-  X(deflate, Deflate, 6, value)
+  X(deflate, Deflate, 6, value) \
+  X(ternary, Ternary, 7, none)
 
 #define DR_VALUE_PAYLOAD_CODECS(X) \
   X(polyfit, Polyfit, 1, value)    \

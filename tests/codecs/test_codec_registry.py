@@ -27,14 +27,15 @@ DOCS = os.path.join(REPO_ROOT, "docs", "codecs.md")
 # table takes a new id).
 HISTORIC_IDS = {
     "index": {"raw": 0, "int32": 1, "bitmap": 2, "rle": 3, "golomb": 4, "bloom": 5},
-    "value": {"raw": 0, "polyfit": 1, "dexp": 2, "qsgd": 3, "fp16": 4, "bf16": 5, "deflate": 6},
+    "value": {"raw": 0, "polyfit": 1, "dexp": 2, "qsgd": 3, "fp16": 4, "bf16": 5, "deflate": 6,
+              "ternary": 7},
 }
 HISTORIC_CLASSES = {
     "index": {"raw": ic.RawIndex, "int32": ic.Int32Index, "bitmap": ic.BitmapIndex,
               "rle": ic.RleIndex, "golomb": ic.GolombIndex, "bloom": ic.BloomIndex},
     "value": {"raw": vc.RawValue, "polyfit": vc.PolyfitValue, "dexp": vc.DexpValue,
               "qsgd": vc.QsgdValue, "fp16": vc.Fp16Value, "bf16": vc.Bf16Value,
-              "deflate": vc.DeflateValue},
+              "deflate": vc.DeflateValue, "ternary": vc.TernaryValue},
 }
 # The aliases of the original tables (codecs' INDEX_ALIASES / VALUE_ALIASES and
 # params.CODEC_ALIASES).
@@ -42,7 +43,7 @@ HISTORIC_ALIASES = {
     "index": {"gr": "golomb", "rice": "golomb", "lossless": "golomb", "none": "raw",
               "bloom_cpu": "bloom"},
     "value": {"none": "raw", "float16": "fp16", "half": "fp16", "bfloat16": "bf16",
-              "zlib": "deflate", "gzip": "deflate", "polyfit_cpu": "polyfit"},
+              "zlib": "deflate", "gzip": "deflate", "polyfit_cpu": "polyfit", "stc": "ternary"},
 }
 BUILTIN = [(kind, name) for kind in base.KINDS for name in HISTORIC_IDS[kind]]
 # Every codec of the codec table (a codec added per docs/codecs.md included).
