@@ -66,6 +66,7 @@ import tempfile
 import time
 
 from deepreduce_bench.runner import free_ports  # imports no TensorFlow
+from deepreduce_bench.workers import _tail  # the last lines of a worker's log
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -271,14 +272,6 @@ def child_main(spec):
 # ---------------------------------------------------------------------------
 # The launcher: fresh processes per row, always reaped
 
-def _tail(path, lines=30):
-    try:
-        with open(path, errors="replace") as f:
-            return "".join(f.readlines()[-lines:])
-    except OSError:
-        return "(no log)"
-
-
 def _last_line(text):
     lines = [l.strip() for l in text.splitlines() if l.strip()]
     return lines[-1] if lines else ""
@@ -337,14 +330,14 @@ def run_row_processes(base_spec, work_dir, timeout):
             failed = [i for i, c in enumerate(codes) if c not in (None, 0)]
             if failed:
                 i = failed[0]
-                tail = _tail(logs[i])
+                tail = _tail(logs[i], 30)
                 raise RowError(f"worker {i} exited with code {codes[i]}: {_last_line(tail)}",
                                tail)
             if all(c == 0 for c in codes):
                 break
             if time.monotonic() > deadline:
                 raise RowError(f"still running after --timeout={timeout:g} s; killed",
-                               _tail(logs[0]))
+                               _tail(logs[0], 30))
             time.sleep(0.2)
     finally:
         _reap(procs)
