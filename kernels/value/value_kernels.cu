@@ -734,22 +734,6 @@ GpuStatus DexpDecode(const dexp::Coefs& pos, const dexp::Coefs& neg, int64_t p_c
 
 namespace {
 
-template <typename Kernel>
-cudaError_t ItemGrid(Kernel kernel, int64_t items, int* grid, int threads = kItemThreads) {
-  int device = 0, sms = 0, per_sm = 0;
-  cudaError_t e = cudaGetDevice(&device);
-  if (e != cudaSuccess) return e;
-  e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  if (e != cudaSuccess) return e;
-  e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0);
-  if (e != cudaSuccess) return e;
-  const int64_t wave = static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1);
-  const int64_t need = CeilDiv(items, threads);
-  const int64_t g = need < wave ? need : wave;
-  *grid = static_cast<int>(g < 1 ? 1 : g);
-  return cudaSuccess;
-}
-
 struct SortScratch {
   uint32_t *keys_in, *keys_out, *pos_in, *pos_out;
   void* cub_temp;
@@ -817,7 +801,8 @@ GpuStatus DexpStep(const float* d_y, int64_t k, int64_t p_count, int64_t nb0, in
                    const DexpArrays& a, uint8_t* d_payload, cudaStream_t st) {
   if (kStep != kDexpWrite && nb0 + nb1 > 0) {
     int grid = 0;
-    DR_CUDA_RETURN_IF_ERROR(ItemGrid(DexpBlocksKernel<kStep>, nb0 + nb1, &grid, kFitThreads),
+    DR_CUDA_RETURN_IF_ERROR(GridSize(DexpBlocksKernel<kStep>, CeilDiv(nb0 + nb1, kFitThreads),
+                                     &grid, kFitThreads),
                             "sizing a dexp block grid");
     DexpBlocksKernel<kStep><<<grid, kFitThreads, 0, st>>>(d_y, k, p_count, nb0, nb0 + nb1, a);
     DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching DexpBlocksKernel");
@@ -971,7 +956,8 @@ GpuStatus PolyfitFit(const float* d_y, int64_t k, int degree, uint8_t seg_kind,
                           "clearing the error record");
   int grid = 0;
   if (num_blocks > 0) {
-    DR_CUDA_RETURN_IF_ERROR(ItemGrid(PolyfitBlocksKernel, num_blocks, &grid, kFitThreads),
+    DR_CUDA_RETURN_IF_ERROR(GridSize(PolyfitBlocksKernel, CeilDiv(num_blocks, kFitThreads),
+                                     &grid, kFitThreads),
                             "sizing the polyfit block grid");
     PolyfitBlocksKernel<<<grid, kFitThreads, 0, st>>>(d_y, s.blocks, num_blocks, degree, s.lsq);
     DR_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "launching PolyfitBlocksKernel");
@@ -979,7 +965,8 @@ GpuStatus PolyfitFit(const float* d_y, int64_t k, int degree, uint8_t seg_kind,
   Prefix fixed;
   fixed.n = static_cast<int>(polyfit::kFixedBytes);
   polyfit::WriteFixed(fixed.bytes, static_cast<uint64_t>(k), degree, seg_kind, num_segs);
-  DR_CUDA_RETURN_IF_ERROR(ItemGrid(PolyfitFinishKernel, num_segs, &grid),
+  DR_CUDA_RETURN_IF_ERROR(GridSize(PolyfitFinishKernel, CeilDiv(num_segs, kItemThreads), &grid,
+                                   kItemThreads),
                           "sizing the polyfit segment grid");
   PolyfitFinishKernel<<<grid, kItemThreads, 0, st>>>(s.plan, num_segs, s.lsq, fixed, d_payload,
                                                      s.bad);
