@@ -408,7 +408,10 @@ def run_one(args):
         if server_params is not None:
             server_params = dict(server_params, min_size=args.min_size)
     task = TASKS[args.task](args)
-    cache = {}
+    # What a client process keeps between messages (its data, its compiled
+    # model): Flower's simulation ships the ClientApp to its actors anew with
+    # every message, so a dict in this closure would be a fresh copy each time.
+    cache_key = ("federated_bench", args.one, args.task, args.seed, args.clients, args.alpha)
     # The initial model, before any other thread runs TensorFlow ops.
     keras.utils.set_random_seed(args.seed)
     first = task.build_model()
@@ -423,8 +426,11 @@ def run_one(args):
 
     @client.train()
     def train(msg, context):
+        from deepreduce_bench.workers import process_cache
+
+        cache = process_cache(cache_key)
         pid = int(msg.content["config"]["partition"])
-        x, y = task.client_data(pid)
+        x, y = cache.setdefault("task", task).client_data(pid)
         if "model" not in cache:
             cache["model"] = task.compile(task.build_model())
         model = cache["model"]

@@ -229,6 +229,18 @@ def free_ports(count):
     return ports
 
 
+_PROCESS_CACHE = {}
+
+
+def process_cache(key):
+    """A dict that lives as long as this process, one per key. A function
+    shipped to worker processes by value (Flower's simulation pickles the
+    ClientApp, closures included, into its Ray actors with every message)
+    finds here what it built in an earlier call: a closure's own dict would
+    be a fresh copy each time."""
+    return _PROCESS_CACHE.setdefault(key, {})
+
+
 def _tail(path, lines=40):
     try:
         with open(path, errors="replace") as f:
