@@ -156,6 +156,55 @@ def test_client_errors_are_collected_for_the_run_to_fail():
     assert failed == [(2, "no op library")]
 
 
+def test_processes_run_one_tensorflow_thread_unless_told_otherwise():
+    env = fb.process_env({"DEEPREDUCE_TF_OPS_LIB": "/x.so", "A": "1"})
+    assert env["TF_NUM_INTRAOP_THREADS"] == env["TF_NUM_INTEROP_THREADS"] == "1"
+    assert env["A"] == "1" and env["RAY_DISABLE_USAGE_STATS"] == "1"
+    env = fb.process_env({"DEEPREDUCE_TF_OPS_LIB": "/x.so", "TF_NUM_INTRAOP_THREADS": "4"})
+    assert env["TF_NUM_INTRAOP_THREADS"] == "4" and env["TF_NUM_INTEROP_THREADS"] == "1"
+
+
+@pytest.mark.parametrize("two_inputs", [False, True])
+def test_local_sgd_steps_once_per_shuffled_minibatch_as_keras_does(two_inputs):
+    """LocalSGD against Keras' own training step on the same minibatches:
+    each epoch a permutation from numpy's generator of the seed, one step
+    per batch of `batch_size` in that order, the last one partial."""
+    import keras
+    import numpy as np
+
+    def model():
+        keras.utils.set_random_seed(3)
+        if two_inputs:  # how the NCF task's model takes (users, items)
+            a, b = keras.Input((2,)), keras.Input((3,))
+            h = keras.layers.Dense(4, activation="relu")(keras.layers.Concatenate()([a, b]))
+            return fb.compile_model(keras.Model([a, b], keras.layers.Dense(3)(h)), 0.1)
+        return fb.compile_model(keras.Sequential([
+            keras.Input((5,)), keras.layers.Dense(4, activation="relu"),
+            keras.layers.Dense(3)]), 0.1)
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(23, 5)).astype(np.float32)
+    y = rng.integers(0, 3, 23)
+    x = (x[:, :2], x[:, 2:]) if two_inputs else x
+    trained, reference = model(), model()
+    start = [w.copy() for w in trained.get_weights()]
+    fb.LocalSGD(trained)(x, y, batch_size=8, epochs=2, seed=7)
+    order = np.random.default_rng(7)
+    for _ in range(2):
+        perm = order.permutation(23)
+        for first in range(0, 23, 8):
+            idx = perm[first:first + 8]
+            reference.train_on_batch(tuple(a[idx] for a in x) if two_inputs else x[idx], y[idx])
+    assert int(trained.optimizer.iterations) == int(reference.optimizer.iterations) == 6
+    for got, want, before in zip(trained.get_weights(), reference.get_weights(), start):
+        assert not np.array_equal(got, before)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    # Another seed shuffles otherwise, and so trains to other weights.
+    other = model()
+    fb.LocalSGD(other)(x, y, batch_size=8, epochs=2, seed=8)
+    assert not np.allclose(other.get_weights()[0], trained.get_weights()[0])
+
+
 def test_simulation_workers_get_the_library_of_the_imported_package(tmp_path, monkeypatch):
     assert fb.installed_ops_env({"DEEPREDUCE_TF_OPS_LIB": "/x.so"}) == {
         "DEEPREDUCE_TF_OPS_LIB": "/x.so"}
@@ -346,6 +395,14 @@ def test_summarize_refuses_runs_of_different_setups(tmp_path, capsys):
     with pytest.raises(SystemExit):
         _summarized_rows(tmp_path, capsys, [constant, other])
     assert "--rounds=40" in capsys.readouterr().err
+    # Records of clients trained with Keras' fit (no key) and with LocalSGD
+    # shuffle otherwise on one seed: not one setup.
+    local = _record(1, {"fedavg": 0.82, "golomb_qsgd": 0.83})
+    local["settings"].update(rounds=100, local_training=fb.LOCAL_TRAINING)
+    with pytest.raises(SystemExit):
+        _summarized_rows(tmp_path, capsys, [constant, local])
+    err = capsys.readouterr().err
+    assert "local training local_sgd" in err and "local training keras_fit" in err
 
 
 def _long_record(seed, schedule="constant"):
