@@ -73,6 +73,14 @@ CONFIGS = {
                          "index": "golomb", "value": "qsgd", "bits": 3},
     "golomb_qsgd2_r22": {"compressor": "topk", "compress_ratio": 0.22, "deepreduce": "both",
                          "index": "golomb", "value": "qsgd", "bits": 2},
+    # The recommendation's family at other volumes (the frontier): 0.021,
+    # 0.066 and 0.096 of FedAvg's volume on random updates of the CNN.
+    "golomb_qsgd2_r7": {"compressor": "topk", "compress_ratio": 0.07, "deepreduce": "both",
+                        "index": "golomb", "value": "qsgd", "bits": 2},
+    "golomb_qsgd2_r35": {"compressor": "topk", "compress_ratio": 0.35, "deepreduce": "both",
+                         "index": "golomb", "value": "qsgd", "bits": 2},
+    "golomb_qsgd2_r65": {"compressor": "topk", "compress_ratio": 0.65, "deepreduce": "both",
+                         "index": "golomb", "value": "qsgd", "bits": 2},
     "golomb_qsgd1_r29": {"compressor": "topk", "compress_ratio": 0.29, "deepreduce": "both",
                          "index": "golomb", "value": "qsgd", "bits": 1},
     "golomb_stc_r40": {"compressor": "topk", "compress_ratio": 0.40, "deepreduce": "both",
@@ -177,6 +185,9 @@ DESCRIPTIONS = {
     "golomb_qsgd3_r20": "top-r 20 %, golomb indices (lossless), QSGD 3-bit values",
     "golomb_qsgd3_r18": "top-r 18 %, golomb indices (lossless), QSGD 3-bit values",
     "golomb_qsgd2_r22": "top-r 22 %, golomb indices (lossless), QSGD 2-bit values",
+    "golomb_qsgd2_r7": "top-r 7 %, golomb indices (lossless), QSGD 2-bit values",
+    "golomb_qsgd2_r35": "top-r 35 %, golomb indices (lossless), QSGD 2-bit values",
+    "golomb_qsgd2_r65": "top-r 65 %, golomb indices (lossless), QSGD 2-bit values",
     "golomb_qsgd1_r29": "top-r 29 %, golomb indices (lossless), QSGD 1-bit values (ternary)",
     "golomb_stc_r40": "top-r 40 %, golomb indices (lossless), sparse ternary values (STC)",
     "golomb_qsgd3_d25_u12": "golomb indices, QSGD 3-bit values; top-r 25 % down, 12 % up",
@@ -688,18 +699,16 @@ def check_same_setup(records, paths):
                     f"a seeds table compares runs of one setup; summarize them separately")
 
 
-def seeds_table(records):
+def seed_summaries(records):
     """records: the JSON records of runs of the same settings with different
-    seeds. Per configuration: its seeds, the bytes relative to FedAvg per
-    direction (mean over seeds), the final metric per seed, its mean ± sd
-    (ddof 1), and the difference to FedAvg of the same seed (same sampled
-    clients) in points, mean ± sd: of the final metric, and of the mean of
-    the last LAST evaluations. A configuration run under an alias of ALIASES
-    is named with it ("golomb_qsgd2_r22 (recommended)"). The reference of a
-    configuration is the uncompressed run under its server optimizer
-    (reference_of: FedAvg for "golomb_qsgd", "fedavg@fedavgm" for
-    "golomb_qsgd@fedavgm"); bytes are relative to the dense model's, the
-    same for every server optimizer."""
+    seeds. Per configuration, in order of appearance, a dict: its label
+    (with the aliases it ran under: "golomb_qsgd2_r22 (recommended)"), its
+    reference (reference_of), its seeds, the bytes relative to the dense
+    model per direction (`ratio`: mean over seeds; the same for every server
+    optimizer), the final metric per seed, and `paired`: for "final" and
+    "last" (the mean of the last LAST evaluations), {seed: the difference to
+    the reference's run of the same seed (same sampled clients), in points}
+    (empty for the reference itself)."""
     runs, aliases = {}, {}
     for rec in records:
         seed = rec["settings"]["seed"]
@@ -707,38 +716,101 @@ def seeds_table(records):
             runs.setdefault(r["config"], {})[seed] = figures(r)
             if r.get("alias"):
                 aliases.setdefault(r["config"], set()).add(r["alias"])
+    out = []
+    for config, by_seed in runs.items():
+        reference = reference_of(config)
+        base = runs.get(reference, {}) if config != reference else {}
+        seeds = sorted(by_seed)
+        out.append({
+            "config": config, "reference": reference,
+            "label": config + (f" ({', '.join(sorted(aliases[config]))})"
+                               if config in aliases else ""),
+            "seeds": seeds, "finals": [by_seed[s]["final"] for s in seeds],
+            "ratio": {k: float(np.mean([by_seed[s][k] for s in seeds]))
+                      for k in ("down", "up", "total")},
+            "paired": {key: {s: 100 * (by_seed[s][key] - base[s][key])
+                             for s in seeds if s in base} for key in ("final", "last")}})
+    return out
+
+
+def _mean_sd(values):
+    values = np.asarray(values, np.float64)
+    sd = values.std(ddof=1) if len(values) > 1 else math.nan
+    return values.mean(), sd
+
+
+def seeds_table(records):
+    """The seeds table of seed_summaries(records): per configuration its
+    seeds, the bytes relative to FedAvg per direction, the final metric per
+    seed and its mean ± sd (ddof 1), the difference to the reference of the
+    same seed in points, mean ± sd, of the final metric and of the mean of
+    the last LAST evaluations, and the worst seed of the latter."""
+    rows = seed_summaries(records)
     name = _metric_name([r for rec in records for r in rec["results"]])
     lines = [f"| configuration | seeds | down vs FedAvg | up vs FedAvg | total | {name} per seed "
              f"| mean ± sd | vs uncompressed (same seed), pts "
-             f"| last {LAST} evaluations vs uncompressed, pts |",
-             "|---|--:|--:|--:|--:|---|--:|--:|--:|"]
-
-    def mean_sd(values):
-        values = np.asarray(values, np.float64)
-        sd = values.std(ddof=1) if len(values) > 1 else math.nan
-        return values.mean(), sd
-
-    for config, by_seed in runs.items():
-        reference = reference_of(config)
-        base = runs.get(reference, {})
-        seeds = sorted(by_seed)
-        finals = [by_seed[s]["final"] for s in seeds]
-        m, sd = mean_sd(finals)
+             f"| last {LAST} evaluations vs uncompressed, pts | worst seed, last {LAST}, pts |",
+             "|---|--:|--:|--:|--:|---|--:|--:|--:|--:|"]
+    for row in rows:
+        m, sd = _mean_sd(row["finals"])
         vs = []
         for key in ("final", "last"):
-            paired = [100 * (by_seed[s][key] - base[s][key]) for s in seeds if s in base]
-            if config == reference or not paired:
+            paired = list(row["paired"][key].values())
+            if not paired:
                 vs.append("–")
             else:
-                pm, psd = mean_sd(paired)
+                pm, psd = _mean_sd(paired)
                 vs.append(f"{pm:+.2f}" + ("" if math.isnan(psd) else f" ± {psd:.2f}"))
-        ratio = {k: np.mean([by_seed[s][k] for s in seeds]) for k in ("down", "up", "total")}
-        label = config + (f" ({', '.join(sorted(aliases[config]))})" if config in aliases else "")
-        lines.append(f"| {label} | {len(seeds)} | {ratio['down']:.4f} | {ratio['up']:.4f} | "
-                     f"{ratio['total']:.4f} | {', '.join(f'{v:.4f}' for v in finals)} | "
+        last = row["paired"]["last"]
+        worst = min(last, key=lambda s: (last[s], s)) if last else None
+        ratio = row["ratio"]
+        lines.append(f"| {row['label']} | {len(row['seeds'])} | {ratio['down']:.4f} | "
+                     f"{ratio['up']:.4f} | {ratio['total']:.4f} | "
+                     f"{', '.join(f'{v:.4f}' for v in row['finals'])} | "
                      f"{m:.4f}" + ("" if math.isnan(sd) else f" ± {sd:.4f}")
-                     + f" | {vs[0]} | {vs[1]} |")
+                     + f" | {vs[0]} | {vs[1]} | "
+                     + ("–" if worst is None else f"{last[worst]:+.2f} (seed {worst})") + " |")
     return "\n".join(lines)
+
+
+def frontier_points(records):
+    """The volume/accuracy frontier of seed_summaries(records): per
+    compressed configuration with a paired reference, (label, total volume
+    relative to FedAvg, mean, worst and best over seeds of the difference
+    to the reference over the last LAST evaluations in points, the seeds),
+    by volume."""
+    points = []
+    for row in seed_summaries(records):
+        last = row["paired"]["last"]
+        if last:
+            gaps = list(last.values())
+            points.append((row["label"], row["ratio"]["total"], float(np.mean(gaps)),
+                           min(gaps), max(gaps), sorted(last)))
+    return sorted(points, key=lambda p: p[1])
+
+
+def frontier_plot(points, path, goal=-0.5):
+    """Draws frontier_points: the mean gap per configuration against its
+    volume (log scale), a bar from the worst seed to the best, each seed a
+    dot, and the goal as a dashed line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for label, volume, mean, worst, best, seeds in points:
+        ax.errorbar([volume], [mean], yerr=[[mean - worst], [best - mean]], fmt="o", capsize=4,
+                    label=f"{label}: {mean:+.2f} (worst {worst:+.2f}, {len(seeds)} seeds)")
+    ax.axhline(goal, color="grey", linestyle="--", linewidth=1)
+    ax.set_xscale("log")
+    ax.set_xlabel("volume, both directions, relative to FedAvg (log scale)")
+    ax.set_ylabel(f"last {LAST} evaluations vs uncompressed, points")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def plot(results, path):
@@ -813,6 +885,10 @@ def parse_args(argv=None):
     parser.add_argument("--summary_plot", metavar="PNG",
                         help="with --summarize: also plot every configuration's run of the "
                              "lowest seed of those files (one line per configuration)")
+    parser.add_argument("--frontier_plot", metavar="PNG",
+                        help="with --summarize: also plot each compressed configuration's gap "
+                             "to its uncompressed run (mean, worst and best seed) against its "
+                             "volume")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.initial_on_clients is None:  # the default: on wherever it applies
@@ -849,9 +925,11 @@ def main(argv=None):
                     for r in rec["results"]:
                         runs.setdefault(r["config"], r)
             plot(list(runs.values()), args.summary_plot)
+        if args.frontier_plot:
+            frontier_plot(frontier_points(records), args.frontier_plot)
         return 0
-    if args.at_round is not None or args.summary_plot:
-        parser.error("--at_round and --summary_plot go with --summarize")
+    if args.at_round is not None or args.summary_plot or args.frontier_plot:
+        parser.error("--at_round, --summary_plot and --frontier_plot go with --summarize")
     if args.initial_on_clients and args.downlink != "per_node":
         parser.error("--initial_on_clients needs --downlink=per_node")
     if not 0.0 <= args.lr_min_ratio <= 1.0:

@@ -123,12 +123,13 @@ def test_seeds_table_pairs_each_seed_with_fedavg(tmp_path, capsys):
     rows = _summarized_rows(tmp_path, capsys, records)
     # numpy: golomb finals mean 0.8183, sd 0.0247; paired -1, +1, -0.5 pts:
     # mean -0.17, sd 1.04; the mean of the last 3 evaluations (0.5, 0.6,
-    # final) differs by a third of that: -0.06 ± 0.35.
+    # final) differs by a third of that: -0.06 ± 0.35, the worst seed 0's
+    # -1/3 point.
     assert rows["golomb_qsgd"] == ["golomb_qsgd", "3", "0.0500", "0.0300", "0.0400",
                                    "0.7900, 0.8300, 0.8350", "0.8183 ± 0.0247",
-                                   "-0.17 ± 1.04", "-0.06 ± 0.35"]
+                                   "-0.17 ± 1.04", "-0.06 ± 0.35", "-0.33 (seed 0)"]
     assert rows["fedavg"][2:5] == ["1.0000", "1.0000", "1.0000"]
-    assert rows["fedavg"][6:] == ["0.8200 ± 0.0200", "–", "–"]
+    assert rows["fedavg"][6:] == ["0.8200 ± 0.0200", "–", "–", "–"]
 
 
 class _Reply:
@@ -227,6 +228,24 @@ def test_the_data_source_is_named(monkeypatch):
     monkeypatch.setattr(data, "find_fashion_mnist", lambda data_dir=None: "/some/dir")
     assert fb.data_source("fmnist") == "fashion-mnist"
     assert fb.data_source("ncf") == "movielens"
+
+
+def test_frontier_is_each_compressed_configuration_against_its_reference(tmp_path):
+    records = [_record(0, {"fedavg": 0.80, "golomb_qsgd": 0.79}),
+               _record(1, {"fedavg": 0.82, "golomb_qsgd": 0.83}),
+               _record(2, {"fedavg": 0.84, "golomb_qsgd": 0.835})]
+    # The last 3 evaluations differ by a third of the finals' -1, +1, -0.5.
+    [(label, volume, mean, worst, best, seeds)] = fb.frontier_points(records)
+    assert (label, seeds) == ("golomb_qsgd", [0, 1, 2])
+    assert volume == pytest.approx(160 / 4000)
+    assert (mean, worst, best) == pytest.approx((-0.5 / 9, -1 / 3, 1 / 3))
+    paths = []
+    for i, rec in enumerate(records):
+        paths.append(tmp_path / f"s{i}.json")
+        paths[-1].write_text(json.dumps(rec))
+    out = tmp_path / "frontier.png"
+    assert fb.main(["--summarize", ",".join(map(str, paths)), "--frontier_plot", str(out)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_summary_plot_draws_each_configuration_of_the_lowest_seed(tmp_path, monkeypatch):
@@ -355,7 +374,7 @@ def test_seeds_table_compares_with_the_same_server_optimizer(tmp_path, capsys):
     rows = _summarized_rows(tmp_path, capsys, records)
     # Against fedavg@fedavgm (-1 point on each seed), not against FedAvg (+3).
     assert rows["golomb_qsgd@fedavgm"][7] == "-1.00 ± 0.00"
-    assert rows["fedavg@fedavgm"][7:] == ["–", "–"]
+    assert rows["fedavg@fedavgm"][7:] == ["–", "–", "–"]
     assert rows["fedavg@fedavgm"][4] == "1.0000"
 
 
@@ -427,7 +446,7 @@ def test_at_round_reads_a_longer_run_as_the_shorter_run_it_contains(tmp_path, ca
     # All 4 rounds: (100+100+300+300) / 8000 down; final -1 pt; last 3 (0.5, 0.69, 0.79)
     # against (0.6, 0.7, 0.8): -4 pts.
     assert rows["golomb_qsgd"][2:5] == ["0.1000", "0.0600", "0.0800"]
-    assert rows["golomb_qsgd"][7:] == ["-1.00", "-4.00"]
+    assert rows["golomb_qsgd"][7:] == ["-1.00", "-4.00", "-4.00 (seed 0)"]
     path = tmp_path / "long.json"
     path.write_text(json.dumps(_long_record(0)))
     assert fb.main(["--summarize", str(path), "--at_round=2"]) == 0
@@ -437,7 +456,7 @@ def test_at_round_reads_a_longer_run_as_the_shorter_run_it_contains(tmp_path, ca
     # evaluations (rounds 0-2: 0.1, 0.4, 0.5 against 0.1, 0.5, 0.6): -6.67 pts.
     assert cells[0] == "golomb_qsgd"
     assert cells[2:5] == ["0.0500", "0.0300", "0.0400"]
-    assert cells[5] == "0.5000" and cells[7:] == ["-10.00", "-6.67"]
+    assert cells[5] == "0.5000" and cells[7:] == ["-10.00", "-6.67", "-6.67 (seed 0)"]
     # Joined with a 2-round run of another seed: one setup.
     short = _long_record(1)
     short["settings"]["rounds"] = 2
@@ -478,7 +497,7 @@ def test_summarize_says_which_file_it_cannot_read_and_its_options_need_it(tmp_pa
         with pytest.raises(SystemExit):
             fb.main(["--summarize", str(path)])
         assert f"cannot read {path}" in capsys.readouterr().err
-    for flag in ("--at_round=100", "--summary_plot=x.png"):
+    for flag in ("--at_round=100", "--summary_plot=x.png", "--frontier_plot=x.png"):
         with pytest.raises(SystemExit):
             fb.main([flag])
         assert "go with --summarize" in capsys.readouterr().err
