@@ -115,14 +115,6 @@ class ModelCodec:
                 self.compressor = from_params(dict(params, memory="none"))
         specs = [tf.TensorSpec(s, d) for s, d in zip(self.shapes, self.dtypes)]
         self._ctx = self.compressor.receiver_batch_context(specs, self.names)
-        # One graph each way, traced on first use: run op by op, the encoder
-        # and decoder spent more time in Python than in their kernels.
-        self._compress = tf.function(
-            lambda xs: self.compressor.compress_batch(xs, self.names)[0],
-            input_signature=[specs], autograph=False)
-        self._decompress = tf.function(
-            lambda data: self.compressor.decompress_batch(data, self._ctx),
-            input_signature=[tf.TensorSpec([None], tf.uint8)], autograph=False)
 
     @staticmethod
     def _split(params):
@@ -211,14 +203,15 @@ class ModelCodec:
             if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 1:
                 raise ValueError(f"step must be an int >= 1, got {step!r}")
             self.set_step_counters({b.key: int(step) - 1 for b in self._ctx.plan.buckets})
-        payload = self._compress([tf.constant(a) for a in x]).numpy().tobytes()
+        payload, _ = self.compressor.compress_batch([tf.constant(a) for a in x], self.names)
+        payload = payload.numpy().tobytes()
         decoded = self._decode(payload)
         new_residual = [a - d for a, d in zip(x, decoded)] if self.feedback else None
         return payload, decoded, new_residual
 
     def _decode(self, payload):
         data = tf.constant(np.frombuffer(payload, np.uint8))
-        return [t.numpy() for t in self._decompress(data)]
+        return [t.numpy() for t in self.compressor.decompress_batch(data, self._ctx)]
 
     def decode(self, payload):
         """A payload of any sender -> the decoded update (numpy arrays).
