@@ -31,7 +31,6 @@ low-rank model plus item popularity, so that a model can learn something.
 """
 import collections
 import hashlib
-import io
 import os
 import shutil
 import subprocess

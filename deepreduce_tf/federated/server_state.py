@@ -182,8 +182,8 @@ def load(strategy, data, what="the state"):
     rounds, rejected = header.get("rounds"), header.get("rejected")
     if not isinstance(rounds, list) or not all(isinstance(r, dict) for r in rounds):
         raise ValueError(f"{what}: 'rounds' is not a list of per-round records")
-    if not isinstance(rejected, list):
-        raise ValueError(f"{what}: 'rejected' is not a list")
+    if not isinstance(rejected, list) or not all(isinstance(r, list) for r in rejected):
+        raise ValueError(f"{what}: 'rejected' is not a list of [round, node, reason] records")
 
     # Everything checked: replace the strategy's state.
     strategy._names = list(names)
@@ -209,4 +209,4 @@ def load(strategy, data, what="the state"):
         strategy._held_bytes -= codec.dense_bytes
     strategy._seen = set(seen)
     strategy.rounds = rounds
-    strategy.rejected = [tuple(r) if isinstance(r, list) else r for r in rejected]
+    strategy.rejected = [tuple(r) for r in rejected]

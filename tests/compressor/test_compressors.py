@@ -10,7 +10,6 @@ import compressor_reference as cref
 import deepreduce_tf as dr
 import payload_reference
 from deepreduce_tf import compressor
-from deepreduce_tf.codecs import index as index_codecs
 from deepreduce_tf.codecs import value as value_codecs
 from deepreduce_tf.ops import codec_table
 from deepreduce_tf.ops import value as value_ops

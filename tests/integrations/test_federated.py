@@ -1066,6 +1066,7 @@ def test_server_state_that_does_not_fit_is_refused_and_changes_nothing(task_iden
         (rewrite("node", dict(header, held=["x"])), "'held'"),
         (rewrite("missing", dict(header, names=NAMES + ["extra"])), "missing"),
         (rewrite("stray", **{"junk": np.zeros(3)}), "junk"),
+        (rewrite("rejected", dict(header, rejected=["node 3 sent junk"])), "'rejected'"),
     ]
     for p, match in cases:
         other = fresh()
