@@ -81,6 +81,10 @@ CONFIGS = {
                          "index": "golomb", "value": "qsgd", "bits": 2},
     "golomb_qsgd2_r65": {"compressor": "topk", "compress_ratio": 0.65, "deepreduce": "both",
                          "index": "golomb", "value": "qsgd", "bits": 2},
+    # The recommendation with deterministic levels (nearest, not stochastic).
+    "golomb_qsgd2n_r22": {"compressor": "topk", "compress_ratio": 0.22, "deepreduce": "both",
+                          "index": "golomb", "value": "qsgd", "bits": 2,
+                          "qsgd_rounding": "nearest"},
     "golomb_qsgd1_r29": {"compressor": "topk", "compress_ratio": 0.29, "deepreduce": "both",
                          "index": "golomb", "value": "qsgd", "bits": 1},
     "golomb_stc_r40": {"compressor": "topk", "compress_ratio": 0.40, "deepreduce": "both",
@@ -188,6 +192,8 @@ DESCRIPTIONS = {
     "golomb_qsgd2_r7": "top-r 7 %, golomb indices (lossless), QSGD 2-bit values",
     "golomb_qsgd2_r35": "top-r 35 %, golomb indices (lossless), QSGD 2-bit values",
     "golomb_qsgd2_r65": "top-r 65 %, golomb indices (lossless), QSGD 2-bit values",
+    "golomb_qsgd2n_r22": "top-r 22 %, golomb indices (lossless), QSGD 2-bit values rounded "
+                         "to nearest",
     "golomb_qsgd1_r29": "top-r 29 %, golomb indices (lossless), QSGD 1-bit values (ternary)",
     "golomb_stc_r40": "top-r 40 %, golomb indices (lossless), sparse ternary values (STC)",
     "golomb_qsgd3_d25_u12": "golomb indices, QSGD 3-bit values; top-r 25 % down, 12 % up",

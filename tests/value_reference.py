@@ -248,8 +248,9 @@ def qsgd_code_bits(s):
     return int(s).bit_length() + 1
 
 
-def qsgd_encode_reference(values, s, bucket, seed):
-    """The exact payload bytes of QsgdEncode."""
+def qsgd_encode_reference(values, s, bucket, seed, rounding="stochastic"):
+    """The exact payload bytes of QsgdEncode (rounding='nearest': of
+    QsgdValue(rounding='nearest'), each level the nearest, half up)."""
     v = np.asarray(values, np.float32)
     k = v.size
     nb = -(-k // bucket)
@@ -264,8 +265,11 @@ def qsgd_encode_reference(values, s, bucket, seed):
     sc = np.repeat(scales, bucket)[:k].astype(np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         r = np.where(sc > 0, np.abs(v.astype(np.float64)) / sc * s, 0.0)
-    fl = np.minimum(np.floor(r), s)
-    level = fl + ((fl < s) & (u < r - fl))
+    if rounding == "nearest":
+        level = np.minimum(np.floor(r + 0.5), s)
+    else:
+        fl = np.minimum(np.floor(r), s)
+        level = fl + ((fl < s) & (u < r - fl))
     level = level.astype(np.uint64)
     w = qsgd_code_bits(s)
     sign = ((level != 0) & (v < 0)).astype(np.uint64)

@@ -183,6 +183,8 @@ class DexpValue(_OpValue):
     max_abs = FIT_MAX_ABS
 
 
+QSGD_ROUNDINGS = ("stochastic", "nearest")
+
 # Values sharing one scale: qsgd's and ternary's buckets.
 BUCKET_SIZE = Param("bucket_size", int, 512, low=1, high=1 << 30, aliases=("buckets_num",),
                     help="values sharing one scale (qsgd: the maximum; ternary: the mean "
@@ -196,22 +198,71 @@ BUCKET_SIZE = Param("bucket_size", int, 512, low=1, high=1 << 30, aliases=("buck
                   Param("quantum_num", int, None, arg="levels", low=1, high=255,
                         aliases=("levels",),
                         help="QSGD levels s; bits or quantum_num, not both (neither: 127)"),
-                  BUCKET_SIZE),
+                  BUCKET_SIZE,
+                  Param("qsgd_rounding", str, "stochastic", arg="rounding",
+                        choices=QSGD_ROUNDINGS,
+                        help="QSGD levels: stochastic (unbiased, seeded) or nearest "
+                             "(deterministic, biased; error feedback keeps the rest)")),
           summary="stochastic quantization, max-scaled per bucket; unbiased, per-step seed")
 class QsgdValue(_OpValue):
+    """QSGD (kernels/value/qsgd.h): s levels per bucket, scaled by the
+    bucket's max |v|. rounding='nearest' rounds r = |v| / M * s to the
+    nearest level (half up) instead of at random: no variance, a bias of at
+    most M / (2 s) per value that error feedback carries to the next step.
+    Its payload is a QSGD payload, decoded by the same op; the encoder is
+    TensorFlow ops (any device)."""
+
     max_abs = FIT_MAX_ABS
 
-    def __init__(self, bits=None, levels=None, bucket_size=512):
+    def __init__(self, bits=None, levels=None, bucket_size=512, rounding="stochastic"):
         self.levels = value_ops.qsgd_levels(bits, levels)
         self.bucket_size = value_ops._int_param("qsgd", "bucket_size", bucket_size, 1, 1 << 30)
+        if rounding not in QSGD_ROUNDINGS:
+            raise ValueError(f"qsgd: rounding must be one of {', '.join(QSGD_ROUNDINGS)}, got "
+                             f"{rounding!r}")
+        self.rounding = rounding
 
     def config(self):
-        return {"levels": self.levels, "bucket_size": self.bucket_size}
+        out = {"levels": self.levels, "bucket_size": self.bucket_size}
+        if self.rounding != "stochastic":
+            out["rounding"] = self.rounding
+        return out
 
     def encode(self, values, seed):
+        if self.rounding == "nearest":
+            return ValueEncoding(self._encode_nearest(values), None)
         enc = value_ops.encode("qsgd", values, levels=self.levels,
                                bucket_size=self.bucket_size, seed=seed)
         return ValueEncoding(enc.payload, None)
+
+    def _encode_nearest(self, values):
+        """The QSGD payload (16-byte header, s, bucket size, the scales,
+        the packed codes) with each level rounded to nearest."""
+        values = tf.reshape(tf.cast(values, tf.float32), [-1])
+        k = tf.size(values, out_type=tf.int64)
+        s, b = self.levels, self.bucket_size
+        width = s.bit_length() + 1  # the level's bits and a sign bit
+        buckets = (k + b - 1) // b
+        padded = tf.pad(values, [[0, buckets * b - k]])
+        scales = tf.reduce_max(tf.reshape(tf.abs(padded), [-1, b]), axis=1)
+        scale = tf.cast(tf.repeat(scales, b)[:k], tf.float64)
+        # r as the kernel computes it (double), then the nearest level.
+        r = tf.math.divide_no_nan(tf.abs(tf.cast(values, tf.float64)), scale) * float(s)
+        level = tf.cast(tf.minimum(tf.floor(r + 0.5), float(s)), tf.int64)
+        sign = tf.cast(tf.logical_and(level > 0, values < 0), tf.int64)
+        code = tf.bitwise.bitwise_or(level, tf.bitwise.left_shift(sign, width - 1))
+        bits = tf.bitwise.bitwise_and(
+            tf.bitwise.right_shift(code[:, None], tf.range(width, dtype=tf.int64)), 1)
+        bits = tf.cast(tf.reshape(bits, [-1]), tf.uint8)
+        bits = tf.pad(bits, [[0, (8 - (k * width) % 8) % 8]])
+        weights = tf.constant([1 << i for i in range(8)], tf.uint8)
+        packed = tf.reduce_sum(tf.reshape(bits, [-1, 8]) * weights, axis=1)
+        head = tf.constant([ord("D"), ord("V"), codec_table.row("value", "qsgd").wire_id, 1,
+                            0, 0, 0, 0], tf.uint8)
+        fixed = tf.bitcast(tf.constant([s, b], tf.uint32), tf.uint8)
+        return tf.concat([head, tf.reshape(tf.bitcast(tf.cast(k, tf.uint64), tf.uint8), [-1]),
+                          tf.reshape(fixed, [-1]), tf.reshape(tf.bitcast(scales, tf.uint8), [-1]),
+                          packed], 0)
 
 
 @register("ternary", params=(BUCKET_SIZE,),

@@ -234,7 +234,7 @@ def test_help_lists_this_commands_flags(tmp_path, flag):
         assert f"--{name}:" in out or f"--[no]{name}:" in out, name
     # Codec and communicator parameters: one line of names and defaults per owner.
     assert "  bloom: --fpr=0.001 --policy=conflict_sets --policy_seed=0" in lines
-    assert "  qsgd: --bits --quantum_num" in lines
+    assert "  qsgd: --bits --qsgd_rounding=stochastic --quantum_num" in lines
     assert "  qsgd/ternary: --bucket_size=512" in lines  # a parameter two codecs share
     assert "--lgc_warmup_steps=100" in out
     # Only this command's flags: none of TensorFlow's or absl's (TPU, tensor tracer, logging).
