@@ -1126,6 +1126,62 @@ def test_clients_round_with_noise_of_their_own(task_identity):
     assert len(payloads) == 4 and payloads[0] != payloads[1] and payloads[2] != payloads[3]
 
 
+def test_one_round_of_nearest_qsgd_both_ways_matches_numpy(task_identity):
+    """top-k, golomb positions and 2-bit QSGD rounded to nearest both ways
+    (`golomb_qsgd2n_r22`'s family), one round with per-node downlink from
+    the initial model: the model FedAvg gets is the numpy reference's x0 +
+    weighted mean of qsgd_nearest(top-k(update)), and each client keeps
+    update - decoded as its residual."""
+    import value_reference as vref
+
+    params = {"compressor": "topk", "compress_ratio": 0.3, "deepreduce": "both",
+              "index": "golomb", "value": "qsgd", "bits": 2, "qsgd_rounding": "nearest",
+              "bucket_size": 64, "min_size": 100}
+    contexts = contexts_for([1, 2])
+    initial = arrays(0, 0.1)
+    mod = flower.DeepReduceMod(initial_model=lambda: [a.copy() for a in initial])
+    strategy = DeepReduceStrategy(fedavg(2), params, downlink="per_node", initial_on_clients=True)
+    log = []
+    model, _ = run_rounds(strategy, contexts, 1, client_mods={1: mod, 2: mod}, log=log,
+                          model=ArrayRecord([a.copy() for a in initial]))
+
+    def reference(update):
+        """Per tensor: under min_size dense; else its top-k positions
+        (ascending), whose values, tensor after tensor, are one QSGD section
+        (3 levels, buckets of 64, nearest)."""
+        out = [u.copy() for u in update]
+        sparse = [i for i, u in enumerate(update) if u.size >= 100]
+        picks = []
+        for i in sparse:
+            flat = update[i].reshape(-1)
+            k = math.ceil(0.3 * flat.size)
+            picks.append(np.sort(np.argsort(-np.abs(flat), kind="stable")[:k]))
+        values = np.concatenate([update[i].reshape(-1)[p] for i, p in zip(sparse, picks)])
+        decoded = vref.qsgd_decode_reference(
+            vref.qsgd_encode_reference(values, 3, 64, seed=0, rounding="nearest"))
+        start = 0
+        for i, p in zip(sparse, picks):
+            flat = np.zeros(update[i].size, np.float32)
+            flat[p] = decoded[start:start + p.size]
+            start += p.size
+            out[i] = flat.reshape(update[i].shape)
+        return out
+
+    assert [e["crc"] for e in log] == [model_crc(initial)] * 2  # they trained from x0
+    weights = {1: 11.0, 2: 12.0}
+    expect = [np.zeros(s, np.float64) for s in SHAPES]
+    for e in log:
+        d = reference(e["delta"])
+        residual = contexts[e["node"]].state[flower._STATE_RESIDUAL].to_numpy_ndarrays()
+        for r, u, di in zip(residual, e["delta"], d):
+            np.testing.assert_allclose(r, u - di, rtol=0, atol=1e-6)
+        for i in range(len(SHAPES)):
+            expect[i] += weights[e["node"]] / 23.0 * (initial[i] + d[i])
+    for got, want in zip(model.to_numpy_ndarrays(), expect):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+    assert strategy.totals()["up_ratio"] < 0.2
+
+
 def test_one_round_of_sparse_ternary_both_ways_matches_numpy(task_identity):
     """The configuration family of docs/federated.md's headline, STC both
     ways (top-k, golomb positions, ternary values), one round with
