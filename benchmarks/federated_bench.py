@@ -85,6 +85,10 @@ CONFIGS = {
     "golomb_qsgd2n_r22": {"compressor": "topk", "compress_ratio": 0.22, "deepreduce": "both",
                           "index": "golomb", "value": "qsgd", "bits": 2,
                           "qsgd_rounding": "nearest"},
+    # The recommendation without the clients' residuals (memory none): each
+    # message sends top-r of that round's update alone.
+    "golomb_qsgd2_r22_noef": {"compressor": "topk", "compress_ratio": 0.22, "deepreduce": "both",
+                              "index": "golomb", "value": "qsgd", "bits": 2, "memory": "none"},
     "golomb_qsgd1_r29": {"compressor": "topk", "compress_ratio": 0.29, "deepreduce": "both",
                          "index": "golomb", "value": "qsgd", "bits": 1},
     "golomb_stc_r40": {"compressor": "topk", "compress_ratio": 0.40, "deepreduce": "both",
@@ -194,6 +198,8 @@ DESCRIPTIONS = {
     "golomb_qsgd2_r65": "top-r 65 %, golomb indices (lossless), QSGD 2-bit values",
     "golomb_qsgd2n_r22": "top-r 22 %, golomb indices (lossless), QSGD 2-bit values rounded "
                          "to nearest",
+    "golomb_qsgd2_r22_noef": "top-r 22 %, golomb indices, QSGD 2-bit values; no client "
+                             "residual",
     "golomb_qsgd1_r29": "top-r 29 %, golomb indices (lossless), QSGD 1-bit values (ternary)",
     "golomb_stc_r40": "top-r 40 %, golomb indices (lossless), sparse ternary values (STC)",
     "golomb_qsgd3_d25_u12": "golomb indices, QSGD 3-bit values; top-r 25 % down, 12 % up",
