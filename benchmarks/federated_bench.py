@@ -795,15 +795,16 @@ def frontier_points(records):
     """The volume/accuracy frontier of seed_summaries(records): per
     compressed configuration with a paired reference, (label, total volume
     relative to FedAvg, mean, worst and best over seeds of the difference
-    to the reference over the last LAST evaluations in points, the seeds),
-    by volume."""
+    to the reference over the last LAST evaluations in points, the seeds,
+    each seed's difference), by volume."""
     points = []
     for row in seed_summaries(records):
         last = row["paired"]["last"]
         if last:
-            gaps = list(last.values())
+            seeds = sorted(last)
+            gaps = [last[s] for s in seeds]
             points.append((row["label"], row["ratio"]["total"], float(np.mean(gaps)),
-                           min(gaps), max(gaps), sorted(last)))
+                           min(gaps), max(gaps), seeds, gaps))
     return sorted(points, key=lambda p: p[1])
 
 
@@ -816,12 +817,23 @@ def frontier_plot(points, path, goal=-0.5):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from matplotlib.ticker import FixedLocator, NullLocator
+
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for label, volume, mean, worst, best, seeds in points:
-        ax.errorbar([volume], [mean], yerr=[[mean - worst], [best - mean]], fmt="o", capsize=4,
-                    label=f"{label}: {mean:+.2f} (worst {worst:+.2f}, {len(seeds)} seeds)")
+    for label, volume, mean, worst, best, seeds, gaps in points:
+        bar = ax.errorbar([volume], [mean], yerr=[[mean - worst], [best - mean]], fmt="o",
+                          capsize=4, label=f"{label}: {mean:+.2f} (worst {worst:+.2f}, "
+                                           f"{len(seeds)} seeds)")
+        ax.plot([volume] * len(gaps), gaps, "_", ms=10, color=bar[0].get_color(), alpha=0.6)
     ax.axhline(goal, color="grey", linestyle="--", linewidth=1)
     ax.set_xscale("log")
+    volumes = [p[1] for p in points] or [0.05]
+    ax.set_xlim(min(volumes) / 1.4, max(volumes) * 1.4)
+    ticks = [t for t in (0.005, 0.01, 0.02, 0.03, 0.05, 0.07, 0.1, 0.2, 0.3, 0.5, 1.0)
+             if min(volumes) / 1.4 <= t <= max(volumes) * 1.4]
+    ax.xaxis.set_major_locator(FixedLocator(ticks or [volumes[0]]))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xticklabels([f"{t:g}" for t in ticks or [volumes[0]]])
     ax.set_xlabel("volume, both directions, relative to FedAvg (log scale)")
     ax.set_ylabel(f"last {LAST} evaluations vs uncompressed, points")
     ax.grid(True, alpha=0.3)

@@ -242,8 +242,9 @@ def test_frontier_is_each_compressed_configuration_against_its_reference(tmp_pat
                _record(1, {"fedavg": 0.82, "golomb_qsgd": 0.83}),
                _record(2, {"fedavg": 0.84, "golomb_qsgd": 0.835})]
     # The last 3 evaluations differ by a third of the finals' -1, +1, -0.5.
-    [(label, volume, mean, worst, best, seeds)] = fb.frontier_points(records)
+    [(label, volume, mean, worst, best, seeds, gaps)] = fb.frontier_points(records)
     assert (label, seeds) == ("golomb_qsgd", [0, 1, 2])
+    assert gaps == pytest.approx([-1 / 3, 1 / 3, -0.5 / 3])
     assert volume == pytest.approx(160 / 4000)
     assert (mean, worst, best) == pytest.approx((-0.5 / 9, -1 / 3, 1 / 3))
     paths = []
