@@ -85,6 +85,11 @@ CONFIGS = {
     "golomb_qsgd2n_r22": {"compressor": "topk", "compress_ratio": 0.22, "deepreduce": "both",
                           "index": "golomb", "value": "qsgd", "bits": 2,
                           "qsgd_rounding": "nearest"},
+    # The recommendation with its positions chosen over the whole model
+    # (one top-r over the fusion bucket) instead of per tensor.
+    "golomb_qsgd2_r22_bucket": {"compressor": "topk", "compress_ratio": 0.22,
+                                "deepreduce": "both", "index": "golomb", "value": "qsgd",
+                                "bits": 2, "topk_scope": "bucket"},
     # The recommendation without the clients' residuals (memory none): each
     # message sends top-r of that round's update alone.
     "golomb_qsgd2_r22_noef": {"compressor": "topk", "compress_ratio": 0.22, "deepreduce": "both",
@@ -198,6 +203,8 @@ DESCRIPTIONS = {
     "golomb_qsgd2_r65": "top-r 65 %, golomb indices (lossless), QSGD 2-bit values",
     "golomb_qsgd2n_r22": "top-r 22 %, golomb indices (lossless), QSGD 2-bit values rounded "
                          "to nearest",
+    "golomb_qsgd2_r22_bucket": "top-r 22 % over the whole model (not per tensor), golomb "
+                               "indices, QSGD 2-bit values",
     "golomb_qsgd2_r22_noef": "top-r 22 %, golomb indices, QSGD 2-bit values; no client "
                              "residual",
     "golomb_qsgd1_r29": "top-r 29 %, golomb indices (lossless), QSGD 1-bit values (ternary)",
