@@ -90,6 +90,16 @@ CONFIGS = {
     "golomb_qsgd2_r22_bucket": {"compressor": "topk", "compress_ratio": 0.22,
                                 "deepreduce": "both", "index": "golomb", "value": "qsgd",
                                 "bits": 2, "topk_scope": "bucket"},
+    # Its family at other volumes (0.02, 0.07, 0.1 of FedAvg's: the frontier).
+    "golomb_qsgd2_r7_bucket": {"compressor": "topk", "compress_ratio": 0.07,
+                               "deepreduce": "both", "index": "golomb", "value": "qsgd",
+                               "bits": 2, "topk_scope": "bucket"},
+    "golomb_qsgd2_r35_bucket": {"compressor": "topk", "compress_ratio": 0.35,
+                                "deepreduce": "both", "index": "golomb", "value": "qsgd",
+                                "bits": 2, "topk_scope": "bucket"},
+    "golomb_qsgd2_r65_bucket": {"compressor": "topk", "compress_ratio": 0.65,
+                                "deepreduce": "both", "index": "golomb", "value": "qsgd",
+                                "bits": 2, "topk_scope": "bucket"},
     # The recommendation without the clients' residuals (memory none): each
     # message sends top-r of that round's update alone.
     "golomb_qsgd2_r22_noef": {"compressor": "topk", "compress_ratio": 0.22, "deepreduce": "both",
@@ -205,6 +215,12 @@ DESCRIPTIONS = {
                          "to nearest",
     "golomb_qsgd2_r22_bucket": "top-r 22 % over the whole model (not per tensor), golomb "
                                "indices, QSGD 2-bit values",
+    "golomb_qsgd2_r7_bucket": "top-r 7 % over the whole model, golomb indices, QSGD 2-bit "
+                              "values",
+    "golomb_qsgd2_r35_bucket": "top-r 35 % over the whole model, golomb indices, QSGD 2-bit "
+                               "values",
+    "golomb_qsgd2_r65_bucket": "top-r 65 % over the whole model, golomb indices, QSGD 2-bit "
+                               "values",
     "golomb_qsgd2_r22_noef": "top-r 22 %, golomb indices, QSGD 2-bit values; no client "
                              "residual",
     "golomb_qsgd1_r29": "top-r 29 %, golomb indices (lossless), QSGD 1-bit values (ternary)",
