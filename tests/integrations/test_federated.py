@@ -976,9 +976,10 @@ def _resumed_matches_uninterrupted(tmp_path, make, mods_of=None, rounds=(3, 3)):
     return a, b
 
 
-@pytest.mark.parametrize("params", [GOLOMB_QSGD, dict(GOLOMB_QSGD, bits=1,
-                                                      compress_ratio=0.3)],
-                         ids=["qsgd8", "qsgd1"])
+@pytest.mark.parametrize("params", [GOLOMB_QSGD, dict(GOLOMB_QSGD, bits=1, compress_ratio=0.3),
+                                    dict(GOLOMB_QSGD, bits=2, compress_ratio=0.35,
+                                         topk_scope="bucket")],
+                         ids=["qsgd8", "qsgd1", "qsgd2_whole_model"])
 def test_per_node_server_state_resumes_bit_exact(task_identity, tmp_path, params):
     """downlink='per_node', initial_on_clients, 2 of 5 nodes per round: each
     node's model, the nodes seen and the accounting come back from the
@@ -1126,112 +1127,122 @@ def test_clients_round_with_noise_of_their_own(task_identity):
     assert len(payloads) == 4 and payloads[0] != payloads[1] and payloads[2] != payloads[3]
 
 
+def _one_round_matches_numpy(params, reference, up_ratio):
+    """Runs one round of two clients with per-node downlink from the initial
+    model (nothing sent down) and checks it against numpy: each client keeps
+    update - reference(update, node, version) as its residual, and the model
+    FedAvg gets is x0 + the weighted mean of the references."""
+    contexts = contexts_for([1, 2])
+    initial = arrays(0, 0.1)
+    mod = flower.DeepReduceMod(initial_model=lambda: [a.copy() for a in initial])
+    versions = {}
+
+    def spy(msg, context, call_next):
+        versions[context.node_id] = msg.content[flower.CONFIG_KEY]["version"]
+        return mod(msg, context, call_next)
+
+    strategy = DeepReduceStrategy(fedavg(2), params, downlink="per_node", initial_on_clients=True)
+    log = []
+    model, _ = run_rounds(strategy, contexts, 1, client_mods={1: spy, 2: spy}, log=log,
+                          model=ArrayRecord([a.copy() for a in initial]))
+    assert [e["crc"] for e in log] == [model_crc(initial)] * 2  # they trained from x0
+    weights = {1: 11.0, 2: 12.0}
+    expect = [np.zeros(s, np.float64) for s in SHAPES]
+    for e in log:
+        d = reference(e["delta"], e["node"], versions[e["node"]])
+        residual = contexts[e["node"]].state[flower._STATE_RESIDUAL].to_numpy_ndarrays()
+        for r, u, di in zip(residual, e["delta"], d):
+            np.testing.assert_allclose(r, u - di, rtol=0, atol=1e-6)
+        for i in range(len(SHAPES)):
+            expect[i] += weights[e["node"]] / 23.0 * (initial[i] + d[i])
+    for got, want in zip(model.to_numpy_ndarrays(), expect):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+    assert strategy.totals()["up_ratio"] < up_ratio
+
+
+def _sparse_reference(update, ratio, decode, whole_model=False, min_size=100):
+    """Tensors under min_size dense; the others' top-k positions (per
+    tensor, or one top-k over their concatenation with whole_model), whose
+    values, tensor after tensor in ascending positions, are one value
+    section: decode(values) gives what the receivers get."""
+    out = [u.copy() for u in update]
+    sparse = [i for i, u in enumerate(update) if u.size >= min_size]
+    flat = np.concatenate([update[i].reshape(-1) for i in sparse])
+    offsets = np.cumsum([0] + [update[i].size for i in sparse])
+    if whole_model:
+        k = math.ceil(ratio * flat.size)
+        picks = np.sort(np.argsort(-np.abs(flat), kind="stable")[:k])
+    else:
+        picks = np.concatenate([
+            o + np.sort(np.argsort(-np.abs(flat[o:e]), kind="stable")[:math.ceil(ratio * (e - o))])
+            for o, e in zip(offsets[:-1], offsets[1:])])
+    sent = np.zeros(flat.size, np.float32)
+    sent[picks] = decode(flat[picks])
+    for i, o, e in zip(sparse, offsets[:-1], offsets[1:]):
+        out[i] = sent[o:e].reshape(update[i].shape)
+    return out
+
+
 def test_one_round_of_nearest_qsgd_both_ways_matches_numpy(task_identity):
-    """top-k, golomb positions and 2-bit QSGD rounded to nearest both ways
-    (`golomb_qsgd2n_r22`'s family), one round with per-node downlink from
-    the initial model: the model FedAvg gets is the numpy reference's x0 +
-    weighted mean of qsgd_nearest(top-k(update)), and each client keeps
-    update - decoded as its residual."""
+    """top-k per tensor, golomb positions and 2-bit QSGD rounded to nearest
+    both ways (`golomb_qsgd2n_r22`'s family): 3 levels, buckets of 64."""
     import value_reference as vref
 
     params = {"compressor": "topk", "compress_ratio": 0.3, "deepreduce": "both",
               "index": "golomb", "value": "qsgd", "bits": 2, "qsgd_rounding": "nearest",
               "bucket_size": 64, "min_size": 100}
-    contexts = contexts_for([1, 2])
-    initial = arrays(0, 0.1)
-    mod = flower.DeepReduceMod(initial_model=lambda: [a.copy() for a in initial])
-    strategy = DeepReduceStrategy(fedavg(2), params, downlink="per_node", initial_on_clients=True)
-    log = []
-    model, _ = run_rounds(strategy, contexts, 1, client_mods={1: mod, 2: mod}, log=log,
-                          model=ArrayRecord([a.copy() for a in initial]))
 
-    def reference(update):
-        """Per tensor: under min_size dense; else its top-k positions
-        (ascending), whose values, tensor after tensor, are one QSGD section
-        (3 levels, buckets of 64, nearest)."""
-        out = [u.copy() for u in update]
-        sparse = [i for i, u in enumerate(update) if u.size >= 100]
-        picks = []
-        for i in sparse:
-            flat = update[i].reshape(-1)
-            k = math.ceil(0.3 * flat.size)
-            picks.append(np.sort(np.argsort(-np.abs(flat), kind="stable")[:k]))
-        values = np.concatenate([update[i].reshape(-1)[p] for i, p in zip(sparse, picks)])
-        decoded = vref.qsgd_decode_reference(
-            vref.qsgd_encode_reference(values, 3, 64, seed=0, rounding="nearest"))
-        start = 0
-        for i, p in zip(sparse, picks):
-            flat = np.zeros(update[i].size, np.float32)
-            flat[p] = decoded[start:start + p.size]
-            start += p.size
-            out[i] = flat.reshape(update[i].shape)
-        return out
+    def reference(update, node, version):
+        return _sparse_reference(update, 0.3, lambda v: vref.qsgd_decode_reference(
+            vref.qsgd_encode_reference(v, 3, 64, seed=0, rounding="nearest")))
 
-    assert [e["crc"] for e in log] == [model_crc(initial)] * 2  # they trained from x0
-    weights = {1: 11.0, 2: 12.0}
-    expect = [np.zeros(s, np.float64) for s in SHAPES]
-    for e in log:
-        d = reference(e["delta"])
-        residual = contexts[e["node"]].state[flower._STATE_RESIDUAL].to_numpy_ndarrays()
-        for r, u, di in zip(residual, e["delta"], d):
-            np.testing.assert_allclose(r, u - di, rtol=0, atol=1e-6)
-        for i in range(len(SHAPES)):
-            expect[i] += weights[e["node"]] / 23.0 * (initial[i] + d[i])
-    for got, want in zip(model.to_numpy_ndarrays(), expect):
-        np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
-    assert strategy.totals()["up_ratio"] < 0.2
+    _one_round_matches_numpy(params, reference, 0.2)
 
 
 def test_one_round_of_sparse_ternary_both_ways_matches_numpy(task_identity):
-    """The configuration family of docs/federated.md's headline, STC both
-    ways (top-k, golomb positions, ternary values), one round with
-    per-node downlink from the initial model: the model FedAvg gets is the
-    numpy reference's x0 + weighted mean of ternary(top-k(update)), and each
-    client keeps update - decoded as its residual."""
+    """STC both ways (top-k per tensor, golomb positions, ternary values in
+    buckets of 64)."""
     import value_reference as vref
 
     stc = {"compressor": "topk", "compress_ratio": 0.4, "deepreduce": "both",
            "index": "golomb", "value": "ternary", "bucket_size": 64, "min_size": 100}
-    contexts = contexts_for([1, 2])
-    initial = arrays(0, 0.1)
-    mod = flower.DeepReduceMod(initial_model=lambda: [a.copy() for a in initial])
-    strategy = DeepReduceStrategy(fedavg(2), stc, downlink="per_node", initial_on_clients=True)
-    log = []
-    model, _ = run_rounds(strategy, contexts, 1, client_mods={1: mod, 2: mod}, log=log,
-                          model=ArrayRecord([a.copy() for a in initial]))
 
-    def reference(update):
-        """Per tensor: under min_size dense; else its top-k positions
-        (ascending), whose values, tensor after tensor, are one ternary
-        section of buckets of 64."""
-        out = [u.copy() for u in update]
-        sparse = [i for i, u in enumerate(update) if u.size >= 100]
-        picks = []
-        for i in sparse:
-            flat = update[i].reshape(-1)
-            k = math.ceil(0.4 * flat.size)
-            picks.append(np.sort(np.argsort(-np.abs(flat), kind="stable")[:k]))
-        values = np.concatenate([update[i].reshape(-1)[p] for i, p in zip(sparse, picks)])
-        decoded = vref.ternary_decode_reference(vref.ternary_encode_reference(values, 64),
-                                                values.size, 64)
-        start = 0
-        for i, p in zip(sparse, picks):
-            flat = np.zeros(update[i].size, np.float32)
-            flat[p] = decoded[start:start + p.size]
-            start += p.size
-            out[i] = flat.reshape(update[i].shape)
-        return out
+    def reference(update, node, version):
+        return _sparse_reference(update, 0.4, lambda v: vref.ternary_decode_reference(
+            vref.ternary_encode_reference(v, 64), v.size, 64))
 
-    assert [e["crc"] for e in log] == [model_crc(initial)] * 2  # they trained from x0
-    weights = {1: 11.0, 2: 12.0}
-    expect = [np.zeros(s, np.float64) for s in SHAPES]
-    for e in log:
-        d = reference(e["delta"])
-        residual = contexts[e["node"]].state[flower._STATE_RESIDUAL].to_numpy_ndarrays()
-        for r, u, di in zip(residual, e["delta"], d):
-            np.testing.assert_allclose(r, u - di, rtol=0, atol=1e-6)
-        for i in range(len(SHAPES)):
-            expect[i] += weights[e["node"]] / 23.0 * (initial[i] + d[i])
-    for got, want in zip(model.to_numpy_ndarrays(), expect):
-        np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
-    assert strategy.totals()["up_ratio"] < 0.1
+    _one_round_matches_numpy(stc, reference, 0.1)
+
+
+def test_one_round_of_whole_model_topk_and_stochastic_qsgd_matches_numpy(task_identity):
+    """The recommended configuration's family (`golomb_qsgd2_r35_bucket`):
+    ONE top-k over the whole model's sparse tensors (topk_scope='bucket'),
+    golomb positions, 2-bit QSGD with stochastic rounding, whose seed is the
+    message's step number (node and model version) plus the bucket's key
+    seed: each client rounds with noise of its own, reproduced here."""
+    import value_reference as vref
+
+    from deepreduce_tf import compressor
+
+    params = {"compressor": "topk", "compress_ratio": 0.3, "deepreduce": "both",
+              "index": "golomb", "value": "qsgd", "bits": 2, "topk_scope": "bucket",
+              "bucket_size": 64, "min_size": 100}
+    codec = ModelCodec(params, NAMES, SHAPES, ["float32"] * len(SHAPES))
+    codec.encode(arrays(5, 0.1), step=1)
+    (key,) = codec.step_counters()  # the one fused bucket's
+    seeds = {}
+
+    def reference(update, node, version):
+        seed = flower._message_step(node, version) + (compressor._key_seed(key, 0) << 20)
+        seeds[node] = seed
+        return _sparse_reference(update, 0.3, lambda v: vref.qsgd_decode_reference(
+            vref.qsgd_encode_reference(v, 3, 64, seed=seed)), whole_model=True)
+
+    _one_round_matches_numpy(params, reference, 0.2)
+    assert seeds[1] != seeds[2]
+    # Whole-model selection differs from per tensor on these updates (the
+    # tensors' scales differ), so the test tells them apart.
+    update = [t - w for t, w in zip(target(1), arrays(0, 0.1))]
+    whole = _sparse_reference(update, 0.3, lambda v: v, whole_model=True)
+    per_tensor = _sparse_reference(update, 0.3, lambda v: v)
+    assert any((a != 0).sum() != (b != 0).sum() for a, b in zip(whole, per_tensor))
