@@ -232,7 +232,6 @@ def measure(row, parts, repeats):
     values_sent = 0
     err2 = ref2 = 0.0
     for i, ((name, g, idx), e, (pos, vals)) in enumerate(zip(parts, enc, dec)):
-        k = idx.size
         pos, vals = pos.numpy(), vals.numpy()
         sender_pos = e[3].numpy()
         if row.ispec[0] != "bloom" and not np.array_equal(np.sort(pos), idx):

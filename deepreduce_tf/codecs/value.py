@@ -3,8 +3,9 @@
   raw      the values' own bytes in the gradient's dtype; lossless.
   fp16     IEEE half (round to nearest even); lossy, NaN/Inf kept.
   bf16     bfloat16; lossy.
-  qsgd     stochastic quantization (levels per bucket, max-scaled); lossy,
-           unbiased; the seed changes every step (see Compressor).
+  qsgd     quantization to levels per bucket, max-scaled; lossy; stochastic
+           rounding (unbiased, the seed changes every step: see Compressor)
+           or rounding to nearest (deterministic).
   polyfit  piecewise polynomial fit of the values sorted descending; lossy;
            REORDERS the values (`sorting`): encode() returns perm, with
            perm[i] = input position of the i-th decoded value.
@@ -203,7 +204,8 @@ BUCKET_SIZE = Param("bucket_size", int, 512, low=1, high=1 << 30, aliases=("buck
                         choices=QSGD_ROUNDINGS,
                         help="QSGD levels: stochastic (unbiased, seeded) or nearest "
                              "(deterministic, biased; error feedback keeps the rest)")),
-          summary="stochastic quantization, max-scaled per bucket; unbiased, per-step seed")
+          summary="quantization, max-scaled per bucket; stochastic (unbiased, per-step seed) "
+                  "or nearest rounding")
 class QsgdValue(_OpValue):
     """QSGD (kernels/value/qsgd.h): s levels per bucket, scaled by the
     bucket's max |v|. rounding='nearest' rounds r = |v| / M * s to the
