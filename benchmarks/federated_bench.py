@@ -831,6 +831,24 @@ def frontier_points(records):
     return sorted(points, key=lambda p: p[1])
 
 
+def frontier_table(points, goal=-0.5):
+    """The table of frontier_points: per configuration, by volume, the mean,
+    the worst and the best seed of the difference over the last LAST
+    evaluations, the spread between them, and how many seeds meet the goal
+    (no more than -goal points below the reference)."""
+    lines = [f"| configuration | total vs FedAvg | seeds | mean, last {LAST}, pts "
+             f"| worst seed, pts | best seed, pts | spread, pts | seeds within {-goal:g} |",
+             "|---|--:|--:|--:|--:|--:|--:|--:|"]
+    for label, volume, mean, worst, best, seeds, gaps in points:
+        worst_seed = min(zip(gaps, seeds))[1]
+        best_seed = max(zip(gaps, seeds))[1]
+        within = sum(g >= goal for g in gaps)
+        lines.append(f"| {label} | {volume:.4f} | {', '.join(map(str, seeds))} | {mean:+.2f} | "
+                     f"{worst:+.2f} (seed {worst_seed}) | {best:+.2f} (seed {best_seed}) | "
+                     f"{best - worst:.2f} | {within} of {len(seeds)} |")
+    return "\n".join(lines)
+
+
 def frontier_plot(points, path, goal=-0.5):
     """Draws frontier_points: the mean gap per configuration against its
     volume (log scale), a bar from the worst seed to the best, each seed a
@@ -941,7 +959,7 @@ def parse_args(argv=None):
     parser.add_argument("--frontier_plot", metavar="PNG",
                         help="with --summarize: also plot each compressed configuration's gap "
                              "to its uncompressed run (mean, worst and best seed) against its "
-                             "volume")
+                             "volume, and print it as a table")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.initial_on_clients is None:  # the default: on wherever it applies
@@ -979,7 +997,10 @@ def main(argv=None):
                         runs.setdefault(r["config"], r)
             plot(list(runs.values()), args.summary_plot)
         if args.frontier_plot:
-            frontier_plot(frontier_points(records), args.frontier_plot)
+            points = frontier_points(records)
+            print()
+            print(frontier_table(points))
+            frontier_plot(points, args.frontier_plot)
         return 0
     if args.at_round is not None or args.summary_plot or args.frontier_plot:
         parser.error("--at_round, --summary_plot and --frontier_plot go with --summarize")

@@ -237,7 +237,7 @@ def test_the_data_source_is_named(monkeypatch):
     assert fb.data_source("ncf") == "movielens"
 
 
-def test_frontier_is_each_compressed_configuration_against_its_reference(tmp_path):
+def test_frontier_is_each_compressed_configuration_against_its_reference(tmp_path, capsys):
     records = [_record(0, {"fedavg": 0.80, "golomb_qsgd": 0.79}),
                _record(1, {"fedavg": 0.82, "golomb_qsgd": 0.83}),
                _record(2, {"fedavg": 0.84, "golomb_qsgd": 0.835})]
@@ -254,6 +254,13 @@ def test_frontier_is_each_compressed_configuration_against_its_reference(tmp_pat
     out = tmp_path / "frontier.png"
     assert fb.main(["--summarize", ",".join(map(str, paths)), "--frontier_plot", str(out)]) == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # Its table: by volume, the mean, worst and best seed, their spread and
+    # how many seeds are within half a point (all three here; the goal -0.3
+    # leaves out seed 0).
+    table = capsys.readouterr().out.splitlines()
+    assert table[-1] == ("| golomb_qsgd | 0.0400 | 0, 1, 2 | -0.06 | -0.33 (seed 0) | "
+                         "+0.33 (seed 1) | 0.67 | 3 of 3 |")
+    assert fb.frontier_table(fb.frontier_points(records), goal=-0.3).endswith("| 2 of 3 |")
 
 
 def test_summary_plot_draws_each_configuration_of_the_lowest_seed(tmp_path, monkeypatch):
