@@ -73,7 +73,7 @@ CONFIGS = {
                          "index": "golomb", "value": "qsgd", "bits": 3},
     "golomb_qsgd2_r22": {"compressor": "topk", "compress_ratio": 0.22, "deepreduce": "both",
                          "index": "golomb", "value": "qsgd", "bits": 2},
-    # The recommendation's family at other volumes (the frontier): 0.021,
+    # golomb_qsgd2_r22 (the previous recommendation)'s family at other volumes: 0.021,
     # 0.066 and 0.096 of FedAvg's volume on random updates of the CNN.
     "golomb_qsgd2_r7": {"compressor": "topk", "compress_ratio": 0.07, "deepreduce": "both",
                         "index": "golomb", "value": "qsgd", "bits": 2},
@@ -81,12 +81,13 @@ CONFIGS = {
                          "index": "golomb", "value": "qsgd", "bits": 2},
     "golomb_qsgd2_r65": {"compressor": "topk", "compress_ratio": 0.65, "deepreduce": "both",
                          "index": "golomb", "value": "qsgd", "bits": 2},
-    # The recommendation with deterministic levels (nearest, not stochastic).
+    # golomb_qsgd2_r22 with deterministic levels (nearest, not stochastic).
     "golomb_qsgd2n_r22": {"compressor": "topk", "compress_ratio": 0.22, "deepreduce": "both",
                           "index": "golomb", "value": "qsgd", "bits": 2,
                           "qsgd_rounding": "nearest"},
-    # The recommendation with its positions chosen over the whole model
-    # (one top-r over the fusion bucket) instead of per tensor.
+    # golomb_qsgd2_r22 with its positions chosen over the whole model (one
+    # top-r over the fusion bucket) instead of per tensor; at 35 %, the
+    # recommendation.
     "golomb_qsgd2_r22_bucket": {"compressor": "topk", "compress_ratio": 0.22,
                                 "deepreduce": "both", "index": "golomb", "value": "qsgd",
                                 "bits": 2, "topk_scope": "bucket"},
@@ -100,7 +101,7 @@ CONFIGS = {
     "golomb_qsgd2_r65_bucket": {"compressor": "topk", "compress_ratio": 0.65,
                                 "deepreduce": "both", "index": "golomb", "value": "qsgd",
                                 "bits": 2, "topk_scope": "bucket"},
-    # The recommendation without the clients' residuals (memory none): each
+    # golomb_qsgd2_r22 without the clients' residuals (memory none): each
     # message sends top-r of that round's update alone.
     "golomb_qsgd2_r22_noef": {"compressor": "topk", "compress_ratio": 0.22, "deepreduce": "both",
                               "index": "golomb", "value": "qsgd", "bits": 2, "memory": "none"},
@@ -119,7 +120,7 @@ CONFIGS = {
 # the real configuration (a result's "config", its "alias" beside it).
 ALIASES = {
     "baseline": "fedavg",
-    "recommended": "golomb_qsgd2_r22",
+    "recommended": "golomb_qsgd2_r35_bucket",
 }
 # Server optimizers: a configuration "<compression>@<server>" runs the
 # compression of CONFIGS under the Flower strategy named here (FedAvg when no
@@ -743,7 +744,7 @@ def check_same_setup(records, paths):
 def seed_summaries(records):
     """records: the JSON records of runs of the same settings with different
     seeds. Per configuration, in order of appearance, a dict: its label
-    (with the aliases it ran under: "golomb_qsgd2_r22 (recommended)"), its
+    (with the aliases it ran under: "golomb_qsgd2_r35_bucket (recommended)"), its
     reference (reference_of), its seeds, the bytes relative to the dense
     model per direction (`ratio`: mean over seeds; the same for every server
     optimizer), the final metric per seed, and `paired`: for "final" and
