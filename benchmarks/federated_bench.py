@@ -868,6 +868,8 @@ def frontier_plot(points, path, goal=-0.5):
                                            f"{len(seeds)} seeds)")
         ax.plot([volume] * len(gaps), gaps, "_", ms=10, color=bar[0].get_color(), alpha=0.6)
     ax.axhline(goal, color="grey", linestyle="--", linewidth=1)
+    low, high = ax.get_ylim()
+    ax.set_ylim(min(low, goal - 0.25), max(high, 0.25))  # the goal and zero in view
     ax.set_xscale("log")
     volumes = [p[1] for p in points] or [0.05]
     ax.set_xlim(min(volumes) / 1.4, max(volumes) * 1.4)
