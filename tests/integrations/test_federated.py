@@ -1165,17 +1165,17 @@ def _sparse_reference(update, ratio, decode, whole_model=False, min_size=100):
     tensor, or one top-k over their concatenation with whole_model), whose
     values, tensor after tensor in ascending positions, are one value
     section: decode(values) gives what the receivers get."""
+    import sparsify_reference as sref
+
     out = [u.copy() for u in update]
     sparse = [i for i, u in enumerate(update) if u.size >= min_size]
     flat = np.concatenate([update[i].reshape(-1) for i in sparse])
     offsets = np.cumsum([0] + [update[i].size for i in sparse])
     if whole_model:
-        k = math.ceil(ratio * flat.size)
-        picks = np.sort(np.argsort(-np.abs(flat), kind="stable")[:k])
+        picks = sref.top_k(flat, math.ceil(ratio * flat.size))[0]
     else:
-        picks = np.concatenate([
-            o + np.sort(np.argsort(-np.abs(flat[o:e]), kind="stable")[:math.ceil(ratio * (e - o))])
-            for o, e in zip(offsets[:-1], offsets[1:])])
+        picks = np.concatenate([o + sref.top_k(flat[o:e], math.ceil(ratio * (e - o)))[0]
+                                for o, e in zip(offsets[:-1], offsets[1:])])
     sent = np.zeros(flat.size, np.float32)
     sent[picks] = decode(flat[picks])
     for i, o, e in zip(sparse, offsets[:-1], offsets[1:]):
