@@ -12,12 +12,10 @@ with nvcc (CUDA_HOME or /usr/local/cuda) for sm_75..sm_90 plus PTX, linked
 against the static CUDA runtime so that the same library still loads in
 tensorflow-cpu. DEEPREDUCE_TF_CUDA_ARCHS overrides the list of architectures.
 """
-import concurrent.futures
 import glob
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 
@@ -26,7 +24,6 @@ from setuptools.command.build_ext import build_ext
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 LIB_NAME = "_deepreduce_ops"
-DEFAULT_CUDA_ARCHS = "75,80,86,89,90"
 
 
 def read_version():
@@ -42,16 +39,6 @@ def cuda_requested():
         return True
     raise SystemExit(f"DEEPREDUCE_TF_CUDA={value!r}: use 1 to build the CUDA "
                      "kernels or 0 (default) for a CPU-only build")
-
-
-def cuda_archs():
-    archs = os.environ.get("DEEPREDUCE_TF_CUDA_ARCHS", DEFAULT_CUDA_ARCHS)
-    out = [a.strip() for a in archs.split(",") if a.strip()]
-    for a in out:
-        if not a.isdigit() or int(a) < 75:
-            raise SystemExit(f"DEEPREDUCE_TF_CUDA_ARCHS: {a!r} is not a compute "
-                             "capability >= 75 (nvcc 13 targets sm_75 and newer)")
-    return out
 
 
 def check_codec_table():
@@ -77,24 +64,18 @@ def kernel_sources():
     return cpu_cc, gpu_cc, cu
 
 
-def _read(path):
-    try:
-        with open(path) as f:
-            return f.read().strip()
-    except OSError:
-        return None
-
-
-def _objects_stamp(commands):
-    """Digest of the kernel tree (build_deps/setup_state.py) and the commands."""
+def kernel_objects():
+    """build_deps/kernel_objects.py: compiles the kernels once for every build
+    that links them (this library, its CUDA variant, the standalone CUDA tests)."""
     sys.path.insert(0, os.path.join(ROOT, "build_deps"))
     try:
-        import setup_state
-    except ImportError:  # a copy of the tree without build_deps/: always compile
-        return None
+        import kernel_objects as ko
+    except ImportError as e:
+        raise SystemExit(f"setup.py builds the op library from a source tree with kernels/ "
+                         f"and build_deps/ ({e}); build from a clone of the repository") from e
     finally:
         sys.path.pop(0)
-    return setup_state.kernels_digest([" ".join(c) for c in commands])
+    return ko
 
 
 class BuildOps(build_ext):
@@ -114,14 +95,15 @@ class BuildOps(build_ext):
                 "without isolation:\n  pip install tensorflow-cpu==2.21.0\n"
                 "  pip install --no-build-isolation .") from e
         check_codec_table()
+        ko = kernel_objects()
         with_cuda = cuda_requested()
-        archs = cuda_archs() if with_cuda else []
+        archs = ko.cuda_archs() if with_cuda else []
         version = read_version()
         out_path = self.get_ext_fullpath(ext.name)
         os.makedirs(os.path.dirname(out_path), exist_ok=True)
-        obj_dir = os.path.join(self.build_temp, "cuda" if with_cuda else "cpu")
-        os.makedirs(obj_dir, exist_ok=True)
 
+        # Each define reaches the sources that name its macro (build_info_kernel.cc):
+        # the other objects are the same in the CPU and the CUDA build, compiled once.
         defines = [
             f'-DDEEPREDUCE_TF_VERSION="{version}"',
             f'-DDEEPREDUCE_BUILT_TF_VERSION="{tf.__version__}"',
@@ -132,72 +114,27 @@ class BuildOps(build_ext):
             defines += ["-DDEEPREDUCE_WITH_CUDA=1",
                         f'-DDEEPREDUCE_CUDA_ARCHS="{",".join(archs)}"']
             sources += gpu_cc
+        ko.check_headers(defines)
         cxx = os.environ.get("CXX", "g++")
         cflags = (tf.sysconfig.get_compile_flags() +
                   ["-I" + ROOT, "-fPIC", "-O3", "-Wall",
                    "-Wno-deprecated-declarations", "-Wno-interference-size",
-                   "-Wno-sign-compare", "-Wno-unknown-pragmas"] + defines)
-        jobs = []
-        for src in sources:
-            obj = os.path.join(obj_dir, os.path.relpath(src, ROOT).replace(os.sep, "_") + ".o")
-            jobs.append((obj, [cxx, "-c", src, "-o", obj] + cflags))
+                   "-Wno-sign-compare", "-Wno-unknown-pragmas"])
+        jobs = [(src, [cxx] + cflags + ko.defines_for(src, defines)) for src in sources]
         link_extra = []
         if with_cuda:
-            cuda_home = os.environ.get("CUDA_HOME", "/usr/local/cuda")
-            nvcc = os.path.join(cuda_home, "bin", "nvcc")
-            if not os.path.exists(nvcc):
-                nvcc = shutil.which("nvcc")
-                if nvcc:
-                    cuda_home = os.path.dirname(os.path.dirname(os.path.realpath(nvcc)))
-            if not nvcc:
-                raise SystemExit("DEEPREDUCE_TF_CUDA=1 but nvcc was not found in "
-                                 f"{cuda_home}/bin or on PATH; set CUDA_HOME")
+            nvcc, cuda_home = ko.find_nvcc()
             cudart = os.path.join(cuda_home, "lib64", "libcudart_static.a")
             if not os.path.exists(cudart):
                 raise SystemExit(f"DEEPREDUCE_TF_CUDA=1 but {cudart} does not exist; "
                                  "set CUDA_HOME to a full CUDA toolkit")
-            gencode = []
-            for a in archs:
-                gencode += [f"-gencode=arch=compute_{a},code=sm_{a}"]
-            gencode += [f"-gencode=arch=compute_{archs[-1]},code=compute_{archs[-1]}"]
-            for src in cu:
-                obj = os.path.join(obj_dir, os.path.relpath(src, ROOT).replace(os.sep, "_") + ".o")
-                # Hidden visibility: the CUDA/CUB code of this library is not
-                # exported, so it cannot interpose on TensorFlow's own.
-                # First in the queue: nvcc is the longest job.
-                jobs.insert(0, (obj, [nvcc, "-c", src, "-o", obj, "-std=c++17", "-O3",
-                                   "-I" + ROOT, "-Xcompiler", "-fPIC",
-                                   "-Xcompiler", "-fvisibility=hidden",
-                                   "--expt-relaxed-constexpr"] + gencode))
+            jobs += [(src, ko.nvcc_command(nvcc, archs)) for src in cu]
             # The static runtime makes the library independent of the CUDA
             # runtime TensorFlow was built with (none in tensorflow-cpu); its
             # symbols are kept local so a process-wide libcudart is untouched.
             link_extra = [cudart, "-ldl", "-lrt", "-lpthread",
                           "-Wl,--exclude-libs,libcudart_static.a"]
-
-        def run(job):
-            obj, cmd = job
-            print(" ".join(cmd), flush=True)
-            subprocess.run(cmd, check=True)
-            return obj
-
-        # The objects of an earlier build are reused when nothing they are
-        # made of changed: every kernel source and header, every command.
-        stamp_path = os.path.join(obj_dir, "objects.sha256")
-        stamp = _objects_stamp([cmd for _, cmd in jobs])
-        objs = [obj for obj, _ in jobs]
-        if stamp and _read(stamp_path) == stamp and all(os.path.exists(o) for o in objs):
-            print(f"deepreduce_tf: kernels unchanged, reusing the objects in {obj_dir}",
-                  flush=True)
-        else:
-            if os.path.exists(stamp_path):
-                os.remove(stamp_path)
-            workers = max(1, min(len(jobs), os.cpu_count() or 1))
-            with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-                objs = list(pool.map(run, jobs))
-            if stamp:
-                with open(stamp_path, "w") as f:
-                    f.write(stamp)
+        objs = ko.compile_objects(jobs, log=lambda m: print(m, flush=True))
         link = ([cxx, "-shared", "-o", out_path] + objs + link_extra +
                 tf.sysconfig.get_link_flags() + ["-Wl,--no-undefined"])
         print(" ".join(link), flush=True)

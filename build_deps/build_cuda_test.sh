@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the standalone CUDA tests (no TensorFlow): every tests/cuda/X_cuda_test.cu
-# with the CUDA kernels of its family, kernels/X/*.cu, and the shared launch
-# helpers, kernels/common/*.cu (gpu_launch.h), compiled by nvcc for the
-# architectures of the op library (sm_75..sm_90 + PTX, or
+# linked with the CUDA kernels of its family, kernels/X/*.cu, and the shared
+# launch helpers, kernels/common/*.cu (gpu_launch.h): the very objects of the
+# op library's CUDA build (build_deps/kernel_objects.py, compiled once for the
+# architectures of the op library, sm_75..sm_90 + PTX, or
 # DEEPREDUCE_TF_CUDA_ARCHS), into build/cuda_test/X_cuda_test.
 #   bash build_deps/build_cuda_test.sh          # build; run them if a GPU is present
 #   bash build_deps/build_cuda_test.sh --run    # build and always run
@@ -35,20 +36,21 @@ for a in ${ARCHS//,/ }; do
 done
 GENCODE+=("-gencode=arch=compute_${last},code=compute_${last}")
 
+# The kernel objects are those of the op library's CUDA build, compiled once
+# (build_deps/kernel_objects.py reuses them when the kernels did not change).
+objects() { "${PYTHON:-python3}" build_deps/kernel_objects.py cuda --archs "$ARCHS" "$@"; }
+objects >/dev/null
 OUT=build/cuda_test
 mkdir -p "$OUT"
 built=()
 for test_src in tests/cuda/*_cuda_test.cu; do
   name="$(basename "$test_src" .cu)"
   family="${name%_cuda_test}"
-  kernels=(kernels/"$family"/*.cu)
-  if [ ! -e "${kernels[0]}" ]; then
-    echo "$test_src: no kernels/$family/*.cu to test" >&2
-    exit 1
-  fi
+  list="$(objects "$family")"
+  mapfile -t kernels <<<"$list"
   set -x
   "$NVCC" -std=c++17 -O2 -I. --expt-relaxed-constexpr "${GENCODE[@]}" \
-    "$test_src" "${kernels[@]}" kernels/common/*.cu -o "$OUT/$name"
+    "$test_src" "${kernels[@]}" -o "$OUT/$name"
   { set +x; } 2>/dev/null
   echo "built $OUT/$name"
   built+=("$OUT/$name")

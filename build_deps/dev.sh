@@ -67,14 +67,20 @@ say "$(.venv/bin/python build_deps/get_fashion_mnist.py --log "$log" 2>>"$log")"
 say "ready in $((SECONDS - t0)) s"
 case "$job" in
   test)
+    # Parallel worker processes (pytest-xdist), one per core up to 8, each
+    # taking the next test as it frees up; `-n 0` runs them in this process.
+    par=(-n "$(n=$(nproc 2>/dev/null || echo 2); echo $((n > 8 ? 8 : n)))" --dist worksteal)
+    for a in "$@"; do
+      case "$a" in -n|-n*|--numprocesses*|-p|--dist*|--pdb|--collect-only|--co) par=() ;; esac
+    done
     # The whole suite, unless the arguments name test files or folders
     # (e.g. tests/ops, or tests/ops/test_bloom.py::test_round_trip).
     for a in "$@"; do
       if [ "${a#-}" = "$a" ] && [ -e "${a%%::*}" ]; then
-        exec .venv/bin/pytest -p no:cacheprovider "$@"
+        exec .venv/bin/pytest -p no:cacheprovider "${par[@]}" "$@"
       fi
     done
-    exec .venv/bin/pytest -p no:cacheprovider tests "$@" ;;
+    exec .venv/bin/pytest -p no:cacheprovider tests "${par[@]}" "$@" ;;
   bench) exec .venv/bin/deepreduce-bench "$@" ;;
   setup) ;;
   *) echo "usage: bash build_deps/dev.sh {test|bench|setup} [args]" >&2; exit 2 ;;

@@ -11,10 +11,12 @@
 # harness's header comment). Prints one line per target: executions,
 # inputs/s, corpus size, coverage.
 #
-# Usage: build_deps/fuzz.sh [--install] [--budget SECONDS] [--targets a,b,...]
+# Usage: build_deps/fuzz.sh [--install] [--budget SECONDS] [--jobs N] [--targets a,b,...]
 #   --install   apt-get install clang-14 and libfuzzer-14-dev if missing (CI)
 #   --budget    total fuzzing seconds over all targets (default 180, env
-#               DR_FUZZ_BUDGET)
+#               DR_FUZZ_BUDGET): each target fuzzes budget/targets seconds
+#   --jobs      targets fuzzed at once, one core each (default: the number
+#               of cores): the same fuzzing per target, budget/jobs wall time
 #   --targets   only these targets (names as in tests/fuzz_corpus/: the
 #               non-codec targets and every codec with kernels in the codec
 #               table, deepreduce_tf/ops/codec_table.py)
@@ -26,11 +28,14 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 install=0
 budget="${DR_FUZZ_BUDGET:-180}"
 only=""
+jobs="$(nproc 2>/dev/null || echo 1)"
 while [ $# -gt 0 ]; do
   case "$1" in
     --install) install=1 ;;
     --budget) budget="${2:?--budget needs SECONDS}"; shift ;;
     --budget=*) budget="${1#--budget=}" ;;
+    --jobs) jobs="${2:?--jobs needs N}"; shift ;;
+    --jobs=*) jobs="${1#--jobs=}" ;;
     --targets) only="${2:?--targets needs a list}"; shift ;;
     --targets=*) only="${1#--targets=}" ;;
     -h|--help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
@@ -39,6 +44,7 @@ while [ $# -gt 0 ]; do
   shift
 done
 case "$budget" in ''|*[!0-9]*) echo "fuzz.sh: --budget must be whole seconds, got '$budget'" >&2; exit 2 ;; esac
+case "$jobs" in ''|0|*[!0-9]*) echo "fuzz.sh: --jobs must be a whole number >= 1, got '$jobs'" >&2; exit 2 ;; esac
 
 cxx=clang++-14
 have_tools() {
@@ -82,21 +88,33 @@ done
 [ "${#selected[@]}" -gt 0 ] || { echo "fuzz.sh: no target matches '$only' (${targets[*]})" >&2; exit 2; }
 per=$(( budget / ${#selected[@]} ))
 [ "$per" -ge 1 ] || per=1
-echo "fuzz.sh: ${#selected[@]} targets, ${per} s each; work directory $work"
+echo "fuzz.sh: ${#selected[@]} targets, ${per} s each, $jobs at a time; work directory $work"
+
+fuzz_one() {  # one target; its exit status goes to $work/<target>.rc
+  local i="$1" t="${targets[$1]}" rc=0
+  local scratch="$work/corpus/$t"
+  rm -rf "$scratch"
+  mkdir -p "$scratch"
+  cp "$root/tests/fuzz_corpus/$t/"*.bin "$scratch/"
+  DR_FUZZ_TARGET="$i" "$bin" "${flags[@]}" -max_total_time="$per" \
+    -artifact_prefix="$work/findings/$t-" "$scratch" >"$work/$t.log" 2>&1 || rc=$?
+  echo "$rc" >"$work/$t.rc"
+}
+running=0
+for i in "${selected[@]}"; do
+  if [ "$running" -ge "$jobs" ]; then wait -n || true; running=$((running - 1)); fi
+  fuzz_one "$i" &
+  running=$((running + 1))
+done
+wait
 
 failed=0
 total_runs=0
 printf '%-15s %12s %10s %8s %8s %s\n' target executions inputs/s corpus cov result
 for i in "${selected[@]}"; do
   t="${targets[$i]}"
-  scratch="$work/corpus/$t"
-  rm -rf "$scratch"
-  mkdir -p "$scratch"
-  cp "$root/tests/fuzz_corpus/$t/"*.bin "$scratch/"
   log="$work/$t.log"
-  rc=0
-  DR_FUZZ_TARGET="$i" "$bin" "${flags[@]}" -max_total_time="$per" \
-    -artifact_prefix="$work/findings/$t-" "$scratch" >"$log" 2>&1 || rc=$?
+  rc=$(cat "$work/$t.rc" 2>/dev/null || echo "?")
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
   last=$(grep -E '^#[0-9]+.*cov: ' "$log" | tail -1 || true)

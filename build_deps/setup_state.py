@@ -7,7 +7,7 @@
 Each prints one hex digest. dev.sh stores the digest of a stage in .venv/
 after the stage succeeded and skips the stage while the digest is unchanged;
 setup.py reuses its compiled objects while the kernels digest (plus compiler
-flags) is unchanged. Plain Python, no third-party imports: it runs before
+flags) is unchanged (build_deps/kernel_objects.py). Plain Python, no third-party imports: it runs before
 anything is installed.
 """
 import hashlib
@@ -57,7 +57,8 @@ def requirements_digest():
 def package_digest():
     """Everything `pip install .` turns into the installed package, plus the
     build environment and the dependency set it is compiled against."""
-    paths = ([os.path.join(ROOT, "setup.py")] + kernel_files() +
+    paths = ([os.path.join(ROOT, p) for p in ("setup.py", "build_deps/kernel_objects.py")] +
+             kernel_files() +
              _files("deepreduce_tf", (".py",)) + _files("deepreduce_bench", (".py",)))
     env = [f"{k}={os.environ.get(k, '')}" for k in BUILD_ENV]
     return _digest(paths, env + [requirements_digest()])

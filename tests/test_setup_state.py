@@ -33,6 +33,8 @@ def _tree(root):
         with open(path, "w") as f:
             f.write(text)
     shutil.copy(SCRIPT, os.path.join(root, "build_deps", "setup_state.py"))
+    shutil.copy(os.path.join(REPO, "build_deps", "kernel_objects.py"),
+                os.path.join(root, "build_deps", "kernel_objects.py"))
 
 
 def _digests(root, env=None):
@@ -64,6 +66,7 @@ def _edit(root, rel, text):
     ("build_deps/requirements-nodeps.txt", {"requirements", "package"}),
     ("README.md", set()),                                # not part of the build
     ("tests/test_x.py", set()),
+    ("build_deps/kernel_objects.py", {"package"}),     # how the objects are compiled
 ])
 def test_each_stage_digest_follows_exactly_its_inputs(tmp_path, rel, changes):
     _tree(str(tmp_path))

@@ -12,9 +12,12 @@ if [ "${1:-}" = "--no-run" ]; then run=0; shift; fi
 mkdir -p build/cuda_bench
 exe=build/cuda_bench/codec_throughput
 if bench_stale "$exe"; then
+  # The kernels: the objects of the op library's CUDA build for these
+  # architectures, compiled once (build_deps/kernel_objects.py).
+  list="$(bench_objects bloom index sparsify value)"
+  mapfile -t kernels <<<"$list"
   "$NVCC" -std=c++17 -O2 -I. --expt-relaxed-constexpr "${GENCODE[@]}" \
-    benchmarks/cuda/codec_throughput.cu kernels/common/*.cu kernels/bloom/*.cu \
-    kernels/index/*.cu kernels/sparsify/*.cu kernels/value/*.cu -o "$exe"
+    benchmarks/cuda/codec_throughput.cu "${kernels[@]}" -o "$exe"
 fi
 if [ "$run" = 1 ]; then exec "$exe" "$@"; fi
 echo "built $exe"

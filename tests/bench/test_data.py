@@ -60,7 +60,7 @@ GOOD = idx_bytes(np.arange(12, dtype=np.uint8).reshape(3, 4))
     (b"", "too short"),
     (b"\x00\x00\x08", "too short"),
     (b"\x01\x00" + GOOD[2:], "bad magic"),
-    (gzip.compress(GOOD), "bad magic"),  # compressed bytes given to parse_idx
+    (gzip.compress(GOOD, mtime=0), "bad magic"),  # compressed bytes given to parse_idx
     (GOOD[:2] + b"\x07" + GOOD[3:], "unknown IDX element type"),
     (GOOD[:3] + b"\x00" + GOOD[4:], "0 dimensions"),
     (GOOD[:3] + b"\x05" + GOOD[4:12], "truncated header"),
