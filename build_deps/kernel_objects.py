@@ -10,10 +10,10 @@ compiled once for both (a -D define reaches only the sources that name its
 macro, e.g. DEEPREDUCE_WITH_CUDA only kernels/common/build_info_kernel.cc).
 Plain Python, no third-party imports (it runs before anything is installed).
 
-    python3 build_deps/kernel_objects.py cuda [--archs 75,80] [FAMILY ...]
+    python3 build_deps/kernel_objects.py cuda [--archs 75,80] [--no-common] [FAMILY ...]
 
-compiles (or reuses) the CUDA objects of kernels/common and of the named
-families (kernels/FAMILY/*.cu; all families if none is named) for the given
+compiles (or reuses) the CUDA objects of kernels/common (unless --no-common)
+and of the named families (kernels/FAMILY/*.cu; all families if none is named) for the given
 architectures (default: DEEPREDUCE_TF_CUDA_ARCHS, else those of the op
 library) and prints their paths, one per line.
 """
@@ -134,10 +134,10 @@ def compile_objects(jobs, log=print):
     return plan
 
 
-def cuda_objects(archs, families=None, log=print):
+def cuda_objects(archs, families=None, log=print, common=True):
     nvcc, _ = find_nvcc()
     cmd = nvcc_command(nvcc, archs)
-    dirs = ["common"] + list(families or [])
+    dirs = (["common"] if common else []) + list(families or [])
     if families:
         srcs = [s for d in dirs for s in sorted(glob.glob(os.path.join(ROOT, "kernels", d, "*.cu")))]
     else:
@@ -152,10 +152,12 @@ def main(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("what", choices=["cuda"])
     parser.add_argument("--archs", default=None)
+    parser.add_argument("--no-common", dest="common", action="store_false",
+                        help="without kernels/common (a compile check of the families alone)")
     parser.add_argument("families", nargs="*")
     args = parser.parse_intermixed_args(argv[1:])
     objs = cuda_objects(cuda_archs(args.archs), args.families,
-                        log=lambda m: print(m, file=sys.stderr, flush=True))
+                        log=lambda m: print(m, file=sys.stderr, flush=True), common=args.common)
     print("\n".join(objs))
     return 0
 
