@@ -68,10 +68,14 @@ say "ready in $((SECONDS - t0)) s"
 case "$job" in
   test)
     # Parallel worker processes (pytest-xdist), one per core up to 8, each
-    # taking the next test as it frees up; `-n 0` runs them in this process.
-    par=(-n "$(n=$(nproc 2>/dev/null || echo 2); echo $((n > 8 ? 8 : n)))" --dist worksteal)
+    # taking the next few tests in order as it frees up (the slow ones come
+    # first: tests/conftest.py); `-n 0` runs them in this process.
+    par=(-n "$(n=$(nproc 2>/dev/null || echo 2); echo $((n > 8 ? 8 : n)))" --dist load
+         --maxschedchunk 4)
     for a in "$@"; do
-      case "$a" in -n|-n*|--numprocesses*|-p|--dist*|--pdb|--collect-only|--co) par=() ;; esac
+      case "$a" in -n|-n*|--numprocesses*|-p|--dist*|--maxschedchunk*|--pdb|--collect-only|--co)
+        par=() ;;
+      esac
     done
     # The whole suite, unless the arguments name test files or folders
     # (e.g. tests/ops, or tests/ops/test_bloom.py::test_round_trip).

@@ -52,6 +52,13 @@ def pytest_configure(config):
             "python -m pytest, from the repository root")
 
 
+def pytest_collection_modifyitems(config, items):
+    """The `slow` tests first, in their order, then the rest: with parallel
+    workers (build_deps/dev.sh test runs pytest-xdist) the long trainings and
+    worker processes start at once rather than end the run alone."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 def to_numpy(x):
     return tf.nest.map_structure(lambda t: t.numpy() if hasattr(t, "numpy") else t, x)
 
