@@ -134,7 +134,9 @@ class BuildOps(build_ext):
             # symbols are kept local so a process-wide libcudart is untouched.
             link_extra = [cudart, "-ldl", "-lrt", "-lpthread",
                           "-Wl,--exclude-libs,libcudart_static.a"]
-        objs = ko.compile_objects(jobs, log=lambda m: print(m, flush=True))
+        # The TensorFlow headers change with its version, not with the -I path.
+        objs = ko.compile_objects(jobs, log=lambda m: print(m, flush=True),
+                                  inputs=[f"tensorflow {tf.__version__}"])
         link = ([cxx, "-shared", "-o", out_path] + objs + link_extra +
                 tf.sysconfig.get_link_flags() + ["-Wl,--no-undefined"])
         print(" ".join(link), flush=True)
