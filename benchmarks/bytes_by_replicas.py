@@ -14,7 +14,8 @@ flat in W; the all-gather's received bytes grow with W - 1.
 
 Configurations: uncompressed (TensorFlow's ring all-reduce of the dense
 gradients, as the ops account it), golomb_qsgd_dgc (the recommended
-all-gather), lgc_rar (Learned Gradient Compression, ring-all-reduce variant,
+all-gather), sparse_allreduce (top-k 1 %: every worker's top-(k/W)
+positions all-gathered, the values at their union all-reduced), lgc_rar (Learned Gradient Compression, ring-all-reduce variant,
 after its warm-up and training phases: --steps must exceed them), powersgd
 ranks 1 and 2.
 """
@@ -32,6 +33,10 @@ CONFIGS = {
     "lgc_rar": {"compressor": "topk", "compress_ratio": 0.01, "communicator": "lgc_rar",
                 "deepreduce": "both", "index": "golomb", "value": "fp16",
                 "lgc_warmup_steps": 1, "lgc_train_steps": 1},
+    "sparse_allreduce": {"compressor": "topk", "compress_ratio": 0.01, "memory": "dgc",
+                         "warmup_steps": 1, "warmup": "exponential",
+                         "communicator": "sparse_allreduce", "deepreduce": "both",
+                         "index": "golomb", "value": "fp16"},
     "powersgd_r1": {"compressor": "powersgd", "rank": 1},
     "powersgd_r2": {"compressor": "powersgd", "rank": 2},
 }

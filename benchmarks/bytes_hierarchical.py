@@ -177,7 +177,7 @@ def main(argv=None):
     parser.add_argument("--gpus", type=int, default=2, help="logical devices per worker")
     parser.add_argument("--model", default="resnet20", choices=sorted(SHAPES))
     parser.add_argument("--config", default="golomb_qsgd_dgc",
-                        choices=["golomb_qsgd_dgc"])  # the exchanges that send bytes
+                        choices=["golomb_qsgd_dgc", "sparse_allreduce"])  # non-additive exchanges
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--json", default=None)

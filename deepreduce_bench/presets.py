@@ -41,6 +41,13 @@ PRESETS = collections.OrderedDict((p.name, p) for p in (
            "the latents summed by an all-reduce through a linear autoencoder",
            _TOPK + ("--communicator=lgc_rar", "--deepreduce=both", "--index=golomb",
                     "--value=fp16", "--lgc_warmup_steps=100", "--lgc_train_steps=200")),
+    Preset("sparse_allreduce", "top-k 1 % per variable with DGC's recipe, summed by a sparse "
+           "all-reduce (docs/sparse_allreduce.md): every worker's top-(k/W) golomb positions "
+           "all-gathered, the fp16 values at their union all-reduced (bytes per worker flat in "
+           "the number of workers)",
+           _TOPK[:-1] + ("--memory=dgc", "--warmup_steps=60", "--warmup=exponential",
+                         "--communicator=sparse_allreduce", "--deepreduce=both",
+                         "--index=golomb", "--value=fp16")),
     Preset("powersgd", "PowerSGD (docs/powersgd.md): rank-2 factors P and Q of every "
            "gradient matrix, all-reduced (bytes per worker flat in the number of workers), "
            "error feedback, warm-started Q; vectors and small tensors all-reduced uncompressed",

@@ -9,6 +9,10 @@
   lgc_rar    its ring-all-reduce variant (deepreduce_tf.learned.lgc).
   powersgd   low-rank factors P and Q, all-reduced (deepreduce_tf.exchange.powersgd;
              from_params: {'compressor': 'powersgd', 'rank': r, ...}).
+  sparse_allreduce
+             every replica's top-(k/W) positions all-gathered, the values at
+             their union summed by an all-reduce: bytes per worker bounded
+             in the number of workers (deepreduce_tf.exchange.sparse_allreduce).
 
 The table below is the registry: a new communicator is one module (a
 subclass of deepreduce_tf.exchange.base.Communicator that writes its
@@ -26,12 +30,13 @@ from deepreduce_tf.exchange.allgather import Allgather
 from deepreduce_tf.exchange.allreduce import Allreduce
 from deepreduce_tf.exchange.base import Communicator, Transfer
 from deepreduce_tf.exchange.powersgd import PowerSGD
+from deepreduce_tf.exchange.sparse_allreduce import SparseAllreduce
 from deepreduce_tf.exchange.rounds import Branch, Gather, GatherParts, Group, Replicate, Sum
 from deepreduce_tf.learned.lgc import LgcPS, LgcRAR
 from deepreduce_tf.transport import LocalTransport
 
 COMMUNICATORS = collections.OrderedDict(
-    (c.name, c) for c in (Allgather, Allreduce, LgcPS, LgcRAR, PowerSGD))
+    (c.name, c) for c in (Allgather, Allreduce, LgcPS, LgcRAR, PowerSGD, SparseAllreduce))
 
 
 def register(cls):
@@ -108,4 +113,5 @@ def exchange_locally(exchanges, tensors, name=None, average=False):
 
 __all__ = ["COMMUNICATORS", "Allgather", "Allreduce", "Branch", "Communicator", "Gather",
            "GatherParts", "Group", "LgcPS", "LgcRAR", "PowerSGD", "Replicate", "Sum",
-           "Transfer", "exchange_locally", "make_communicator", "param_keys", "register"]
+           "SparseAllreduce", "Transfer", "exchange_locally", "make_communicator", "param_keys",
+           "register"]

@@ -184,7 +184,9 @@ def _define_general_flags(fv):
                          flag_values=fv)
     flags.DEFINE_string("communicator", "allgather",
                         "allgather | allreduce | lgc_ps | lgc_rar (Learned Gradient "
-                        "Compression, --lgc_* flags; docs/lgc.md).", flag_values=fv)
+                        "Compression, --lgc_* flags; docs/lgc.md) | sparse_allreduce (top-k "
+                        "positions gathered, values all-reduced; docs/sparse_allreduce.md).",
+                        flag_values=fv)
     flags.DEFINE_string("deepreduce", "both",
                         "What DeepReduce compresses: none | index | value | both. Default both, "
                         "or none when --compressor=none.", flag_values=fv)

@@ -20,7 +20,9 @@ Keys (defaults in brackets; every key may be left out):
   warmup          dense | exponential [dense] (exponential: DGC's top-k
                   density 25 % -> compress_ratio over warmup_steps)
   clip_norm       local gradient clipping by global L2 norm [None]
-  communicator    allgather | allreduce | lgc_ps | lgc_rar [allgather; the
+  communicator    allgather | allreduce | lgc_ps | lgc_rar | sparse_allreduce
+                  (top-k's positions gathered, the values at their union
+                  all-reduced; docs/sparse_allreduce.md) [allgather; the
                   cross-device ops use allreduce for compressor none with raw
                   values and no memory when this key is absent]
                   (lgc_*: Learned Gradient Compression, deepreduce_tf.learned;

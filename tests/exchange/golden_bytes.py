@@ -28,6 +28,7 @@ OVERRIDES = {
     "lgc_ps": {"lgc_warmup_steps": 2, "lgc_train_steps": 2},
     "lgc_rar": {"lgc_warmup_steps": 2, "lgc_train_steps": 2},
     "powersgd": {"start_iter": 2},
+    "sparse_allreduce": {"warmup_steps": 3},
 }
 SKIP = ("uncompressed", "flags")  # TensorFlow's own all-reduce; the command line's flags
 # Beyond the presets: the summable all-reduce (random-k positions from the

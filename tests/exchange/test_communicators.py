@@ -263,6 +263,9 @@ COMMUNICATOR_PARAMS = {
                "lgc_warmup_steps": 1, "lgc_train_steps": 1, "lgc_channels": "4,8,16,32"},
     "lgc_rar": {"compressor": "topk", "compress_ratio": 0.05, "communicator": "lgc_rar",
                 "lgc_warmup_steps": 1, "lgc_train_steps": 1, "lgc_channels": "4,8,16,32"},
+    "sparse_allreduce": {"compressor": "topk", "compress_ratio": 0.05,
+                         "communicator": "sparse_allreduce", "deepreduce": "both",
+                         "index": "golomb", "value": "fp16"},
 }
 
 
@@ -285,7 +288,8 @@ def test_the_nonfinite_rules_hold_for_every_communicator(rng, name):
     communicators.exchange_locally(workers, [tf.constant(g) for g in good], name="w")
     before = [[v.numpy() for v in w.memory.residuals.values()] for w in workers]
     out, _ = communicators.exchange_locally(workers, [tf.constant(g) for g in bad], name="w")
-    if name in ("allgather", "powersgd"):  # they send such a step dense: the sum shows it
+    # They send such a step dense: the sum shows it.
+    if name in ("allgather", "powersgd", "sparse_allreduce"):
         assert not np.isfinite(out[0].numpy()).all()
     after = [[v.numpy() for v in w.memory.residuals.values()] for w in workers]
     for x, y in zip(before[1], after[1]):  # the worker whose step held NaN

@@ -51,6 +51,10 @@ CONFIGS = {
     # position is sent, so the residual stays 0 and g + 0 == g exactly. Its
     # state lies on the result's path: read before every compression.
     "topk_all_residual": {"compressor": "topk", "compress_ratio": 1.0},
+    # The sparse all-reduce at compress_ratio 1: every worker picks every
+    # position, the values are summed by the all-reduce.
+    "sparse_allreduce": {"compressor": "topk", "compress_ratio": 1.0,
+                         "communicator": "sparse_allreduce"},
     # K = the non-zeros (data-dependent), zeros decode to zeros: lossless.
     "topk_skip_zeros": {"compressor": "topk", "compress_ratio": 1.0, "memory": "none",
                         "topk_skip_zeros": True},

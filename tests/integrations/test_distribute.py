@@ -33,6 +33,9 @@ COMBOS = {
                           "communicator": "allreduce"},
     "threshold_deflate": {"compressor": "threshold", "threshold": 0.001, "deepreduce": "value",
                           "value": "deflate"},
+    "sparse_allreduce": {"compressor": "topk", "compress_ratio": 0.01, "memory": "dgc",
+                         "communicator": "sparse_allreduce", "deepreduce": "both",
+                         "index": "golomb", "value": "fp16"},
 }
 
 
@@ -367,7 +370,8 @@ def _check_identical(results):
     (2, BOTH, {}),
     (3, COMBOS["golomb_qsgd7"], {"embedding": True}),
     (2, COMBOS["randomk_allreduce"], {"eager": True}),
-], ids=["2w_both", "3w_embedding_golomb_qsgd", "2w_eager_allreduce"])
+    (3, COMBOS["sparse_allreduce"], {}),
+], ids=["2w_both", "3w_embedding_golomb_qsgd", "2w_eager_allreduce", "3w_sparse_allreduce"])
 def test_multi_worker_custom_loop(workers, params, spec):
     results = _run_workers(workers, params, mode="loop", steps=5, **spec)
     _check_identical(results)
@@ -383,8 +387,9 @@ def test_multi_worker_custom_loop(workers, params, spec):
         assert collective * 2 < int(r["total_dense"])
 
 
-@pytest.mark.parametrize("params", [BOTH, {"compressor": "powersgd", "rank": 1}],
-                         ids=["both", "powersgd"])
+@pytest.mark.parametrize("params", [BOTH, {"compressor": "powersgd", "rank": 1},
+                                    COMBOS["sparse_allreduce"]],
+                         ids=["both", "powersgd", "sparse_allreduce"])
 def test_multi_worker_tf_keras_fit(params):
     """Keras 3 fit is broken under MultiWorkerMirroredStrategy upstream;
     tf_keras (TF_USE_LEGACY_KERAS=1) works with our collective."""
@@ -465,6 +470,58 @@ def test_hierarchical_exchange_two_workers_two_devices_each(mode, tmp_path):
         # Received: the other worker's one payload, against the 3 other replicas'.
         assert int(h["step_received"]) == int(h["step_sent"])
         assert int(f["step_received"]) == 3 * int(f["step_sent"])
+
+
+def _sparse_allreduce_reference(steps, workers=2, ratio=0.05):
+    """numpy: each worker sums its local replicas and compensates the sum
+    with its residual; every worker's top-(k/W) positions, their union U;
+    the sum of every worker's values at U; each residual is its compensated
+    sum outside U."""
+    sys.path.insert(0, HERE)
+    import hierarchical_worker as hw  # pylint: disable=import-outside-toplevel
+    shape, small = hw.SHAPES
+    n = int(np.prod(shape))
+    share = int(np.ceil(ratio / workers * n))
+    residual = [np.zeros(n, np.float32) for _ in range(workers)]
+    out = []
+    for step in range(steps):
+        cs, dense = [], []
+        for w in range(workers):
+            local = hw.gradient(w, 0, step, shape) + hw.gradient(w, 1, step, shape)
+            cs.append(local.reshape(-1) + residual[w])
+            dense.append(hw.gradient(w, 0, step, small) + hw.gradient(w, 1, step, small))
+        union = np.unique(np.concatenate(
+            [np.argsort(-np.abs(c), kind="stable")[:share] for c in cs]))
+        total = np.zeros(n, np.float32)
+        for w, c in enumerate(cs):
+            total[union] = total[union] + c[union]
+            residual[w] = c.copy()
+            residual[w][union] = 0
+        out.append([total.reshape(shape), dense[0] + dense[1]])
+    return out
+
+
+def test_hierarchical_sparse_allreduce(tmp_path):
+    """The sparse all-reduce across 2 worker processes x 2 logical CPUs: the
+    local replicas summed, one share of positions per worker gathered, the
+    values at their union all-reduced across the processes; every replica
+    bit-identical to the numpy reference, and a resume from the step-2
+    checkpoint reproduces steps 3-4 bit for bit."""
+    steps = 4
+    params = dict(HIER_PARAMS, communicator="sparse_allreduce", deepreduce="index",
+                  index="golomb")
+    results = _run_workers(2, params, script="hierarchical_worker.py", mode="function",
+                           steps=steps, ckpt=str(tmp_path / "s"))
+    ref = _sparse_allreduce_reference(steps)
+    for r in results:
+        assert bool(r["hierarchical"])
+        for step in range(steps):
+            for j in range(2):
+                for rep in range(2):
+                    got = r[f"s{step}_t{j}_r{rep}"]
+                    np.testing.assert_array_equal(got, ref[step][j])
+                    if step >= 2:
+                        np.testing.assert_array_equal(r[f"resumed_s{step}_t{j}_r{rep}"], got)
 
 
 def test_hierarchical_learned_gradient_compression_ps(tmp_path):

@@ -33,6 +33,9 @@ LOSSLESS = {
     "deflate": {"compressor": "none", "deepreduce": "value", "value": "deflate"},
     "topk_all_golomb": {"compressor": "topk", "compress_ratio": 1.0, "deepreduce": "index",
                         "index": "golomb"},
+    "sparse_allreduce": {"compressor": "topk", "compress_ratio": 1.0,
+                         "communicator": "sparse_allreduce", "deepreduce": "index",
+                         "index": "golomb"},
 }
 # Gradient-like shapes: under and over min_size, a scalar.
 SHAPES = [(3, 3, 4, 8), (8,), (40, 70), (), (1000,)]
@@ -343,15 +346,19 @@ def _two_workers(tmp_path, params, steps=3):
     return [np.load(o) for o in outs]
 
 
-@pytest.mark.parametrize("config", ["none", "golomb_qsgd"])
+@pytest.mark.parametrize("config", ["none", "golomb_qsgd", "sparse_allreduce"])
 def test_tf1_collective_workers(config, tmp_path):
     """The script's collective mode (a Server per worker, one Session each,
     identical graphs): the sum over both workers, bit-identical on both;
     lossless: exactly the numpy sum. Payload sizes change every step, which
-    the per-step instance keys allow."""
+    the per-step instance keys allow (the sparse all-reduce's summed values
+    too: their number is the size of the union)."""
     params = LOSSLESS["none"] if config == "none" else {
         "compressor": "topk", "compress_ratio": 0.05, "deepreduce": "both", "index": "golomb",
         "value": "qsgd", "bits": 7, "min_size": 16}
+    if config == "sparse_allreduce":
+        params = dict(params, communicator="sparse_allreduce", value="fp16")
+        del params["bits"]
     w0, w1 = _two_workers(tmp_path, params)
     for step in range(3):
         for j in range(3):

@@ -234,6 +234,25 @@ def test_recommended_step_on_two_gpus_moves_only_payloads(shapes, tf_table):
         assert op_type in on_gpu, op_type
 
 
+SPARSE_ALLREDUCE = {"compressor": "topk", "compress_ratio": 0.01, "memory": "dgc",
+                    "warmup_steps": 60, "warmup": "exponential",
+                    "communicator": "sparse_allreduce", "deepreduce": "both",
+                    "index": "golomb", "value": "fp16"}
+
+
+def test_sparse_allreduce_step_on_two_gpus_moves_only_payloads(tf_table):
+    """The sparse all-reduce (positions gathered, values at their union
+    summed): every op on the GPUs but the payload framing, as for the
+    all-gather."""
+    problems, placed = check_step(resnet20_shapes(), SPARSE_ALLREDUCE, tf_table)
+    assert not problems, "\n".join(problems)
+    on_gpu = {op.type for op, gpu in placed.items() if gpu}
+    for op_type in ("DeepReduce>SegmentedTopK", "DeepReduce>IndexEncodeGolomb",
+                    "DeepReduce>IndexDecodeGolomb", "Unique", "DeepReduce>FlattenConcat",
+                    "DeepReduce>SplitReshape"):
+        assert op_type in on_gpu, op_type
+
+
 def test_check_catches_a_bucket_on_the_host(tf_table, monkeypatch):
     # The fused ops' host kernels (AddWithin, ScatterSum, ScatterSubtract)
     # take whole buckets: chosen on a GPU replica, they copy the bucket.
