@@ -189,8 +189,8 @@ class SparseAllreduce(Communicator):
                 for j, b in enumerate(sparse):
                     supports[b] = self._support(
                         head, plan.buckets[b], received[j], prepared[0][b].step, configs[b])
-            gathered = [[self.gathered(received[j], [p[j] for p in payloads])[r]
-                         for j in range(len(sparse))] for r in range(len(exchanges))]
+                gathered = [[self.gathered(received[j], [p[j] for p in payloads])[r]
+                             for j in range(len(sparse))] for r in range(len(exchanges))]
             copies = {}
             for b in sparse:
                 copies[b] = yield Replicate(supports[b])
