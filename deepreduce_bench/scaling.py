@@ -9,9 +9,13 @@
     deepreduce-scaling --grid --plot=benchmarks/results/scaling_grid.png   # the docs' grid
 
 Prints the predicted step time and time to accuracy of TensorFlow's all-reduce,
-the recommended configuration (flat and hierarchical), LGC-RAR and PowerSGD,
-from the cost model deepreduce_tf.scaling and a machine profile, and says which
-wins and by how much, or that nothing beats the uncompressed all-reduce.
+the recommended configuration (flat and hierarchical), the sparse all-reduce
+(flat and hierarchical), LGC-RAR and PowerSGD, from the cost model
+deepreduce_tf.scaling and a machine profile, and names the fastest
+configuration whose measured accuracy is within --tolerance points (default
+0.5) of uncompressed, or says that none beats the uncompressed all-reduce;
+faster configurations outside the tolerance, or without a measured accuracy
+(unverified), are named apart.
 docs/scaling.md explains the model. A bad argument is one line on stderr and
 exit code 1.
 """
@@ -49,14 +53,20 @@ def candidates(model, gpus):
     if model.shapes is not None:
         # With one device per worker hierarchical is the flat exchange (same row).
         rows.append((f"{rec} hierarchical", rec, True))
+        rows.append(("sparse_allreduce flat", "sparse_allreduce", False))
+        rows.append(("sparse_allreduce hierarchical", "sparse_allreduce", True))
         rows.append(("lgc_rar", "lgc_rar", False))
         rows += [(f"powersgd rank {r}", f"powersgd_r{r}", False) for r in POWERSGD_RANKS]
     return rows
 
 
-def answer(profile, model, workers, gpus, link, compute=None):
-    """Rows of (label, config, Step, steps ratio, its source, speed-ups) and the
-    verdict text."""
+TOLERANCE = 0.5  # points of accuracy below uncompressed the verdict accepts
+
+
+def answer(profile, model, workers, gpus, link, compute=None, tolerance=TOLERANCE):
+    """Rows of (label, config, Step, steps ratio, its source, speed-ups, the
+    measured accuracy) and the verdict text: the fastest configuration whose
+    measured accuracy is within `tolerance` points of uncompressed."""
     rows = []
     base = None
     for label, config, hier in candidates(model, gpus):
@@ -68,7 +78,8 @@ def answer(profile, model, workers, gpus, link, compute=None):
             continue
         ratio, source = scaling.steps_ratio(model, config)
         row = {"label": label, "config": config, "hierarchical": hier, "step": step,
-               "steps_ratio": ratio, "steps_source": source}
+               "steps_ratio": ratio, "steps_source": source,
+               "accuracy": model.accuracy.get(config)}
         if config == "uncompressed":
             base = row
         rows.append(row)
@@ -78,31 +89,55 @@ def answer(profile, model, workers, gpus, link, compute=None):
         row["step_speedup"] = base["step"].total / row["step"].total
         row["tta_speedup"] = (None if row["steps_ratio"] is None
                               else row["step_speedup"] / row["steps_ratio"])
-    return rows, verdict(rows)
+    return rows, verdict(rows, tolerance)
 
 
-def verdict(rows):
+def _apart(rows, tolerance):
+    """The sentence on the faster configurations the verdict leaves out:
+    measured beyond the tolerance, or without a measured accuracy."""
+    parts = []
+    beyond = [r for r in rows if r["accuracy"] is not None and r["accuracy"] < -tolerance]
+    unverified = [r for r in rows if r["accuracy"] is None]
+    if beyond:
+        parts.append("outside the accuracy tolerance: " + ", ".join(
+            f"{r['label']} ({r['tta_speedup']:.2f}x, {r['accuracy']:+.2f} pts)" for r in beyond))
+    if unverified:
+        parts.append("unverified (no accuracy measured): " + ", ".join(
+            f"{r['label']} ({r['tta_speedup']:.2f}x)" for r in unverified))
+    return (" Faster, but " + "; ".join(parts) + ".") if parts else ""
+
+
+def verdict(rows, tolerance=TOLERANCE):
     base = rows[0]
     rivals = [r for r in rows[1:] if "step" in r and r["tta_speedup"] is not None]
-    best = max(rivals, key=lambda r: r["tta_speedup"]) if rivals else None
+    within = [r for r in rivals
+              if r.get("accuracy") is not None and r["accuracy"] >= -tolerance]
+    best = max(within, key=lambda r: r["tta_speedup"]) if within else None
+    bar = best["tta_speedup"] if best is not None else 1.0
+    faster = sorted((r for r in rivals if r not in within and r["tta_speedup"] > max(bar, 1.0)),
+                    key=lambda r: -r["tta_speedup"])
+    apart = _apart([dict(r, accuracy=r.get("accuracy")) for r in faster], tolerance)
     if best is None or best["tta_speedup"] <= 1.0:
-        if best is None:
+        if not rivals:
             return "Nothing to compare: no compressed configuration applies to this model."
-        return (f"Nothing beats TensorFlow's uncompressed all-reduce here: the best compressed "
-                f"configuration, {best['label']}, would reach the target "
-                f"{1 / best['tta_speedup']:.2f}x slower (step {best['step'].total * 1e3:.1f} ms "
-                f"against {base['step'].total * 1e3:.1f} ms). Do not compress.")
+        if best is None:
+            return (f"No compressed configuration has a measured accuracy within {tolerance:g} "
+                    f"points of uncompressed here: keep TensorFlow's all-reduce." + apart)
+        return (f"Nothing beats TensorFlow's uncompressed all-reduce here within "
+                f"{tolerance:g} points of its accuracy: the best, {best['label']}, would "
+                f"reach the target {1 / best['tta_speedup']:.2f}x slower (step "
+                f"{best['step'].total * 1e3:.1f} ms against {base['step'].total * 1e3:.1f} ms). "
+                "Do not compress." + apart)
     how = ("measured steps to target" if best["steps_source"] == "measured"
            else "steps to target assumed equal to uncompressed")
-    note = scaling.ACCURACY_NOTES.get(best["config"])
-    if best["steps_source"] != "measured" and note:
-        how += f"; check its accuracy first ({note})"
     text = (f"{best['label']} wins: {best['tta_speedup']:.2f}x sooner to the target than "
             f"TensorFlow's all-reduce (step {best['step'].total * 1e3:.1f} ms against "
             f"{base['step'].total * 1e3:.1f} ms, {best['step_speedup']:.2f}x; {how}).")
     if best["step_speedup"] < 1.0:
         text += " Its step is slower; it wins only through fewer steps to the target."
-    return text
+    text += (f" Measured accuracy {best['accuracy']:+.2f} pts against uncompressed "
+             f"(tolerance {tolerance:g}).")
+    return text + apart
 
 
 def _ms(seconds):
@@ -120,20 +155,22 @@ def format_answer(profile, model, workers, gpus, link, rows, text, compute_sourc
     out.append(f"profile {profile.name} ({profile.device}); compute per step "
                f"{_ms(rows[0]['step'].compute)} ms ({compute_source})")
     head = ("configuration", "step ms", "compute", "codec", "exchange", "local",
-            "recv B/worker", "step x", "steps x", "time to acc. x")
+            "recv B/worker", "step x", "steps x", "time to acc. x", "accuracy pts")
     table = [head]
     for r in rows:
         if "step" not in r:
-            table.append((r["label"], "n/a", "", "", "", "", "", "", "", r["skipped"][:40]))
+            table.append((r["label"], "n/a", "", "", "", "", "", "", "", r["skipped"][:40], ""))
             continue
         s = r["step"]
         steps = ("1.00" if r["config"] == "uncompressed" else
                  "not reached" if r["steps_ratio"] is None else
                  f"{r['steps_ratio']:.2f} ({r['steps_source']})")
         tta = "-" if r["tta_speedup"] is None else f"{r['tta_speedup']:.2f}"
+        acc = ("-" if r["config"] == "uncompressed" else "unverified"
+               if r.get("accuracy") is None else f"{r['accuracy']:+.2f}")
         table.append((r["label"], _ms(s.total), _ms(s.compute), _ms(s.encode + s.decode),
                       _ms(s.exchange), _ms(s.local), f"{s.bytes_received:,.0f}",
-                      f"{r['step_speedup']:.2f}", steps, tta))
+                      f"{r['step_speedup']:.2f}", steps, tta, acc))
     widths = [max(len(str(row[i])) for row in table) for i in range(len(head))]
     for i, row in enumerate(table):
         out.append("  ".join(str(c).ljust(widths[j]) if j == 0 else str(c).rjust(widths[j])
@@ -142,7 +179,8 @@ def format_answer(profile, model, workers, gpus, link, rows, text, compute_sourc
             out.append("  ".join("-" * w for w in widths))
     out.append("x = speed-up against TF's all-reduce (> 1: faster); steps x = steps to the "
                "target against uncompressed (measured only for ResNet-20, 2 workers; "
-               "elsewhere assumed 1.0)")
+               "elsewhere assumed 1.0); accuracy pts = test accuracy against uncompressed, "
+               f"{model.accuracy_source}")
     notes = []
     for r in rows:
         note = scaling.ACCURACY_NOTES.get(r["config"])
@@ -486,6 +524,9 @@ def _parser():
     p.add_argument("--profile", default=PROFILE_DEFAULT,
                    help="a profile JSON or a packaged one (cpu_2core, h100)")
     p.add_argument("--compute_ms", type=float, help="compute per step, overriding the profile")
+    p.add_argument("--tolerance", type=float, default=TOLERANCE,
+                   help="points of test accuracy below uncompressed a configuration may lose "
+                        "and still win (measured figures only; default %(default)s)")
     p.add_argument("--overlap", type=float,
                    help="fraction of the compute under which TF's dense all-reduce hides "
                         "(0..1; default: the profile's)")
@@ -588,7 +629,10 @@ def run(argv=None):
     link = _link(args, profile)
     compute = None if args.compute_ms is None else args.compute_ms / 1e3
     source = "--compute_ms" if compute is not None else profile.compute_s(model)[1]
-    rows, text = answer(profile, model, args.workers, args.gpus_per_worker, link, compute)
+    if not args.tolerance >= 0:
+        raise UsageError(f"--tolerance must be >= 0 (points), got {args.tolerance}")
+    rows, text = answer(profile, model, args.workers, args.gpus_per_worker, link, compute,
+                        tolerance=args.tolerance)
     print(format_answer(profile, model, args.workers, args.gpus_per_worker, link, rows, text,
                         source))
     if args.json:

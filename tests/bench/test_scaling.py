@@ -343,3 +343,57 @@ def test_powersgd_validation_rows():
     held = [r for r in rows if not r["fit"]]
     assert [r["link"] for r in held] == ["100mbit", "20mbit"]
     assert all(abs(r["error"]) <= 0.15 for r in rows)
+
+
+# ---------------------------------------------------------------- the sparse all-reduce
+
+def test_sparse_allreduce_by_hand_and_against_the_accounting(fixed):
+    """Its positions all-gathered and its values all-reduced, by hand; and
+    the bytes a worker receives at W = 2, 4, 8 against the library's exact
+    accounting of the same shapes (benchmarks/bytes_by_replicas.py)."""
+    prof = scaling.Profile.from_dict(dict(copy.deepcopy(FIXED), codecs=dict(
+        FIXED["codecs"], sparse_allreduce={"encode_ns_per_element": 20.0,
+                                           "decode_ns_per_element": 10.0})))
+    model = scaling.get_model("resnet20")
+    link = gbit(10, latency_us=10)
+    q, v = scaling.sparse_allreduce_parts(model.shapes, 8)
+    step = scaling.predict(prof, model, "sparse_allreduce", 8, link)
+    assert step.bytes_received == 7 * q + 2 * 7 * v // 8
+    assert step.exchange == pytest.approx(step.bytes_received / 1.25e9 + 3 * 7 * 10e-6)
+    assert step.encode + step.decode == pytest.approx(30.0 * model.elements * 1e-9)
+    hier = scaling.predict(prof, model, "sparse_allreduce", 4, link, gpus=2, hierarchical=True)
+    q4, v4 = scaling.sparse_allreduce_parts(model.shapes, 4)
+    assert hier.bytes_received == 3 * q4 + 2 * 3 * v4 // 4 and hier.local > 0
+    with open(os.path.join(RESULTS, "bytes_by_replicas_sparse_allreduce_20261206.json")) as f:
+        rows = [r for r in json.load(f)
+                if r["model"] == "resnet20" and r["config"] == "sparse_allreduce"]
+    assert len(rows) == 3
+    for r in rows:
+        got = scaling.predict(prof, model, "sparse_allreduce", r["replicas"], link)
+        assert got.bytes_received == pytest.approx(r["received_bytes"], rel=0.01), r
+        assert got.bytes_sent == pytest.approx(r["sent_bytes"], rel=0.01), r
+
+
+@pytest.mark.parametrize("tolerance", [0.5, 5.0])
+def test_the_verdict_keeps_to_the_accuracy_tolerance(tolerance):
+    """ResNet-50, 32 machines of 8 H100s, 25 Gbit/s: the winner is the
+    fastest configuration whose MEASURED accuracy is within the tolerance;
+    every faster one is named apart (outside the tolerance, or unverified)."""
+    profile = scaling.load_profile("h100")
+    model = scaling.get_model("resnet50")
+    rows, text = cli.answer(profile, model, 32, 8, profile.link_for("25gbit"),
+                            tolerance=tolerance)
+    rivals = [r for r in rows[1:] if "step" in r and r["tta_speedup"] is not None]
+    within = [r for r in rivals if r["accuracy"] is not None and r["accuracy"] >= -tolerance]
+    best = max(within, key=lambda r: r["tta_speedup"])
+    assert text.startswith(f"{best['label']} wins")
+    for r in rivals:
+        if r not in within and r["tta_speedup"] > best["tta_speedup"]:
+            assert r["label"] in text.split("Faster, but")[1], r["label"]
+    if tolerance == 0.5:
+        assert "lgc_rar wins" not in text and "lgc_rar (" in text
+
+
+def test_a_negative_tolerance_is_refused(capsys):
+    rc, _, err = _run(["--model=resnet20", "--link=20mbit", "--tolerance=-1"], capsys)
+    assert rc == 1 and "--tolerance must be >= 0" in err

@@ -371,7 +371,9 @@ def _check_identical(results):
     (3, COMBOS["golomb_qsgd7"], {"embedding": True}),
     (2, COMBOS["randomk_allreduce"], {"eager": True}),
     (3, COMBOS["sparse_allreduce"], {}),
-], ids=["2w_both", "3w_embedding_golomb_qsgd", "2w_eager_allreduce", "3w_sparse_allreduce"])
+    (2, COMBOS["sparse_allreduce"], {"eager": True}),
+], ids=["2w_both", "3w_embedding_golomb_qsgd", "2w_eager_allreduce", "3w_sparse_allreduce",
+        "2w_eager_sparse_allreduce"])
 def test_multi_worker_custom_loop(workers, params, spec):
     results = _run_workers(workers, params, mode="loop", steps=5, **spec)
     _check_identical(results)
