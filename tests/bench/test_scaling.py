@@ -390,10 +390,44 @@ def test_the_verdict_keeps_to_the_accuracy_tolerance(tolerance):
     for r in rivals:
         if r not in within and r["tta_speedup"] > best["tta_speedup"]:
             assert r["label"] in text.split("Faster, but")[1], r["label"]
-    if tolerance == 0.5:
-        assert "lgc_rar wins" not in text and "lgc_rar (" in text
+    if tolerance == 0.5:  # lgc_rar (-4.2 pts) and PowerSGD (-1.27 and below) never win
+        assert best["config"] in ("golomb_qsgd_dgc", "sparse_allreduce"), text
 
 
 def test_a_negative_tolerance_is_refused(capsys):
     rc, _, err = _run(["--model=resnet20", "--link=20mbit", "--tolerance=-1"], capsys)
     assert rc == 1 and "--tolerance must be >= 0" in err
+
+
+def test_later_sittings_validate_the_sparse_allreduce():
+    """The 2026-12-06 sitting: every sparse_allreduce row (held out of the
+    fit) within 15 %; the fit rows reproduce their own sitting; NCF's rerun
+    shows its 1 Gbit/s golomb_qsgd row within the rows' own spread (the same
+    configuration faster on the slower link)."""
+    rows = cli.validate_sittings(scaling.load_profile("cpu_2core"), RESULTS)
+    sparse = [r for r in rows if r["config"] == "sparse_allreduce"]
+    assert [r["link"] for r in sparse] == ["unshaped", "100mbit", "20mbit"]
+    assert all(not r["fit"] and abs(r["error"]) <= 0.15 for r in sparse)
+    assert all(abs(r["error"]) <= 0.15 for r in rows if r["fit"])
+    ncf = {(r["link"], r["config"]): r for r in rows if r["model"] == "ncf"}
+    assert ncf[("1gbit", "golomb_qsgd")]["measured_ms"] < ncf[("unshaped", "golomb_qsgd")][
+        "measured_ms"]
+
+
+def test_a_faster_configuration_outside_the_tolerance_is_named_apart(fixed):
+    """On the fixed profile (no sparse all-reduce costs: its rows are
+    skipped) at 64 machines of 8 over 1 Gbit/s the fastest configuration is
+    one measured far below uncompressed (PowerSGD or LGC-RAR): the verdict
+    names the fastest within 0.5 points and shows it apart; with a 10-point
+    tolerance it wins."""
+    model = scaling.get_model("resnet50")
+    rows, text = cli.answer(fixed, model, 64, 8, gbit(1))
+    timed = [r for r in rows[1:] if "step" in r]
+    fastest = max(timed, key=lambda r: r["tta_speedup"])
+    assert fastest["accuracy"] < -0.5
+    # Here nothing within 0.5 points beats TF's all-reduce: keep it, and say
+    # what would be faster at what accuracy.
+    assert text.startswith("Nothing beats TensorFlow's uncompressed all-reduce here within 0.5")
+    assert f"outside the accuracy tolerance: {fastest['label']} (" in text
+    _, loose = cli.answer(fixed, model, 64, 8, gbit(1), tolerance=10.0)
+    assert loose.startswith(f"{fastest['label']} wins")
