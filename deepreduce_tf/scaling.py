@@ -369,14 +369,8 @@ def sparse_allreduce_parts(shapes, parties, density=DENSITY):
     positions per variable, Golomb-coded at density/P, and the header) and of
     the vector every party sums (fp16 values at the union, counted as its
     bound k, and the dense section in float32)."""
-    share = k = small = 0
-    for s in shapes:
-        n = _numel(s)
-        if n < MIN_SIZE:
-            small += n
-        else:
-            k += topk_k(n, density)
-            share += topk_k(n, density / parties)
+    k, small, _ = split_sections(shapes, density)
+    share, _, _ = split_sections(shapes, density / parties)
     q = (math.ceil(share * golomb_bits_per_index(density / parties) / 8)
          + HEADER_BYTES_PER_BUCKET * buckets(shapes))
     return q, 2 * k + 4 * small
