@@ -184,6 +184,24 @@ def test_a_peer_with_another_density_is_refused(rng):
         _step(exchanges, grads, ["g"])
 
 
+def test_a_peer_that_counts_another_number_of_workers_is_refused(rng, monkeypatch):
+    """The number of workers is part of every positions payload's
+    fingerprint: a worker that believes W = 3 in a group of 2 is named."""
+    from deepreduce_tf.exchange.sparse_allreduce import SparseAllreduce
+
+    grads = [[rng.normal(size=(4000,)).astype(np.float32)] for _ in range(2)]
+    exchanges = [dr.from_params(BASE) for _ in range(2)]
+    real = SparseAllreduce._config  # pylint: disable=protected-access
+
+    def config(self, comp, bucket, R):
+        return real(self, comp, bucket, R + 1 if comp is exchanges[1].compressor else R)
+
+    monkeypatch.setattr(SparseAllreduce, "_config", config)
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match="replica 1's positions .* number of workers"):
+        _step(exchanges, grads, ["g"])
+
+
 def test_a_peer_at_another_step_is_refused(rng):
     grads = [[rng.normal(size=(4000,)).astype(np.float32)] for _ in range(2)]
     exchanges = [dr.from_params(BASE) for _ in range(2)]
