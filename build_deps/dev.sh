@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # One entry point for a fresh machine: creates .venv (Python 3.11), installs the
 # pinned dependencies and deepreduce_tf with its compiled ops, then runs a job.
-#   bash build_deps/dev.sh test   [pytest args]   # the test suite (or the test
-#                                                 # files/folders the args name)
+#   bash build_deps/dev.sh test   [pytest args]   # the quick suite: every test but
+#                                                 # the `slow` ones (or the test
+#                                                 # files/folders the args name, all
+#                                                 # of their tests)
+#   bash build_deps/dev.sh test --full [args]     # the whole suite, as CI runs it
 #   bash build_deps/dev.sh bench  [bench args]    # the main benchmark: deepreduce-bench
 #     (default: uncompressed vs compressed training of ResNet-20 on Fashion-MNIST)
 #   bash build_deps/dev.sh setup                  # install only
@@ -67,6 +70,24 @@ say "$(.venv/bin/python build_deps/get_fashion_mnist.py --log "$log" 2>>"$log")"
 say "ready in $((SECONDS - t0)) s"
 case "$job" in
   test)
+    # The quick suite leaves out the tests marked `slow` (trainings, worker
+    # processes, Flower runs: pytest.ini); --full, a -m of the caller's or
+    # arguments naming test files or folders run what they say.
+    full=0 args=()
+    for a in "$@"; do
+      if [ "$a" = --full ]; then full=1; else args+=("$a"); fi
+    done
+    set -- ${args[@]+"${args[@]}"}
+    for a in "$@"; do
+      case "$a" in -m|-m*) full=1 ;; esac
+      if [ "${a#-}" = "$a" ] && [ -e "${a%%::*}" ]; then full=1; fi
+    done
+    quick=()
+    if [ "$full" = 0 ]; then
+      quick=(-m "not slow")
+      echo "[test] the quick suite: the tests marked slow (trainings, worker processes," \
+        "Flower) are left out; bash build_deps/dev.sh test --full runs every test, as CI does" >&2
+    fi
     # Parallel worker processes (pytest-xdist), one per core up to 8, each
     # taking the next few tests in order as it frees up (the slow ones come
     # first: tests/conftest.py); `-n 0` runs them in this process.
@@ -84,7 +105,7 @@ case "$job" in
         exec .venv/bin/pytest -p no:cacheprovider "${par[@]}" "$@"
       fi
     done
-    exec .venv/bin/pytest -p no:cacheprovider tests "${par[@]}" "$@" ;;
+    exec .venv/bin/pytest -p no:cacheprovider tests "${par[@]}" ${quick[@]+"${quick[@]}"} "$@" ;;
   bench) exec .venv/bin/deepreduce-bench "$@" ;;
   setup) ;;
   *) echo "usage: bash build_deps/dev.sh {test|bench|setup} [args]" >&2; exit 2 ;;

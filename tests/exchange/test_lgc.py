@@ -327,15 +327,18 @@ class _SumError:
     restores every variable of the exchanges to its value after the first
     exchange (LGC's first warm-up step: the autoencoder is its deterministic
     identity init, nothing trained yet) and goes on from the second exchange,
-    as a freshly built run would."""
+    as a freshly built run would. The first exchange runs eagerly: it creates
+    the state, so that the tf.function traces once (a function that creates
+    variables on its first call is traced twice)."""
 
     def __init__(self, params, replicas=8, n=4096, communicator=None):
         self.replicas, self.n = replicas, n
         self.comps = [dr.from_params(params) for _ in range(replicas)]
         comm = communicator or self.comps[0].communicator
         transport = LocalTransport(["/cpu:0"] * replicas)
-        self.step = tf.function(lambda g: comm.step(
-            transport, self.comps, [[g[i]] for i in range(replicas)], ["w"])[0][0])
+        self.eager_step = lambda g: comm.step(
+            transport, self.comps, [[g[i]] for i in range(replicas)], ["w"])[0][0]
+        self.step = tf.function(self.eager_step)
         self.a = np.exp(2.0 * np.random.default_rng(123).normal(size=n)).astype(np.float32)
         self.after_first = None  # [(variable, value)] after the first exchange
 
@@ -354,7 +357,8 @@ class _SumError:
                     v.assign(value)
                 got = None
             else:
-                got = self.step(tf.constant(g)).numpy()
+                step = self.eager_step if self.after_first is None else self.step
+                got = step(tf.constant(g)).numpy()
             if i == 0 and self.after_first is None:
                 self.after_first = [(v, v.numpy()) for c in self.comps for v in c.variables]
             if got is not None:
