@@ -11,12 +11,16 @@ optional extra `pip install deepreduce_tf[federated]` (flwr[simulation]);
 RowwiseMean averages the rows of embedding tables over the clients that
 changed them.
 ModelCodec (a whole model's update <-> one checked payload, with error
-feedback) needs only TensorFlow.
+feedback) needs only TensorFlow; keras_initial_weights (the same initial
+Keras model in every process, for DeepReduceMod(initial_model=...)) only
+Keras.
 """
 from deepreduce_tf.federated.codec import ModelCodec, PayloadError, model_crc
+from deepreduce_tf.federated.initial import keras_initial_weights
 
-_FLOWER = ("DeepReduceStrategy", "RowwiseMean", "DeepReduceMod", "deepreduce_mod")
-__all__ = ["ModelCodec", "PayloadError", "model_crc", *_FLOWER]
+_FLOWER = ("DeepReduceStrategy", "RowwiseMean", "DeepReduceMod", "deepreduce_mod",
+           "RECOMMENDED")
+__all__ = ["ModelCodec", "PayloadError", "model_crc", "keras_initial_weights", *_FLOWER]
 
 
 def __getattr__(name):

@@ -271,7 +271,7 @@ def test_rounds_accounting_identical_models_and_conservation(task_identity):
         return aggregate(rnd, replies)
 
     inner.aggregate_train = capture
-    strategy = DeepReduceStrategy(inner, GOLOMB_QSGD)
+    strategy = DeepReduceStrategy(inner, GOLOMB_QSGD, downlink="versions")
     log = []
     _, measured = run_rounds(strategy, contexts, 4, log=log)
 
@@ -316,7 +316,7 @@ def test_partial_participation_sends_the_missed_versions(task_identity):
     contexts = contexts_for(range(1, 6))
     strategy = DeepReduceStrategy(
         FedAvg(fraction_train=0.4, min_train_nodes=2, min_available_nodes=5,
-               fraction_evaluate=0.0), GOLOMB_QSGD)
+               fraction_evaluate=0.0), GOLOMB_QSGD, downlink="versions")
     chains = []
     mod = deepreduce_mod
 
@@ -454,7 +454,7 @@ def test_per_node_models_are_bounded_least_recent_out(task_identity):
     with pytest.raises(ValueError, match="downlink must be one of"):
         DeepReduceStrategy(fedavg(1), GOLOMB_QSGD, downlink="broadcast")
     with pytest.raises(ValueError, match="needs downlink='per_node'"):
-        DeepReduceStrategy(fedavg(1), GOLOMB_QSGD, initial_on_clients=True)
+        DeepReduceStrategy(fedavg(1), GOLOMB_QSGD, initial_on_clients=True, downlink="versions")
     with pytest.raises(ValueError, match="node_memory_bytes"):
         DeepReduceStrategy(fedavg(1), GOLOMB_QSGD, downlink="per_node", node_memory_bytes=-1)
     with pytest.raises(TypeError, match="initial_model must be a function"):
@@ -646,7 +646,7 @@ def test_broken_and_hostile_clients_are_left_out_of_the_round(task_identity, cap
     kinds = ["truncated", "corrupted", "oversized", "foreign", "dense"]
     contexts = contexts_for(range(1, 8))
     mods = {i + 1: hostile(k) for i, k in enumerate(kinds)}  # nodes 6 and 7 are honest
-    strategy = DeepReduceStrategy(fedavg(7), GOLOMB_QSGD)
+    strategy = DeepReduceStrategy(fedavg(7), GOLOMB_QSGD, downlink="versions")
     with caplog.at_level("WARNING", logger="deepreduce_tf.federated"):
         model, _ = run_rounds(strategy, contexts, 2, client_mods=mods)
     reasons = {(rnd, node): reason for rnd, node, reason in strategy.rejected}
@@ -664,7 +664,7 @@ def test_broken_and_hostile_clients_are_left_out_of_the_round(task_identity, cap
 
 def test_a_client_that_lost_its_state_gets_the_whole_model_next(task_identity):
     contexts = contexts_for([1, 2])
-    strategy = DeepReduceStrategy(fedavg(2), GOLOMB_QSGD)
+    strategy = DeepReduceStrategy(fedavg(2), GOLOMB_QSGD, downlink="versions")
     model, _ = run_rounds(strategy, contexts, 1)
     contexts[2] = contexts_for([2])[2]  # node 2 restarted without its state
     model, _ = run_rounds(strategy, contexts, 1, first=2, model=model)
@@ -684,7 +684,7 @@ def test_protocol_and_configuration_errors(task_identity):
     with pytest.raises(TypeError, match="params must be a dict"):
         DeepReduceStrategy(fedavg(1), "topk")
     contexts = contexts_for([1])
-    strategy = DeepReduceStrategy(fedavg(1), GOLOMB_QSGD)
+    strategy = DeepReduceStrategy(fedavg(1), GOLOMB_QSGD, downlink="versions")
     msg = next(iter(strategy.configure_train(1, ArrayRecord(arrays(0)), ConfigRecord(),
                                              Grid([1]))))
     msg.content[flower.CONFIG_KEY]["protocol"] = 99
@@ -731,7 +731,7 @@ SIMULATION = textwrap.dedent("""
     def main(grid, context):
         strategy = DeepReduceStrategy(FedAvg(fraction_train=1.0, min_train_nodes=3,
                                              min_available_nodes=3, fraction_evaluate=0.0),
-                                      {params!r})
+                                      {params!r}, downlink="versions")
         crcs, kept = [], []
         aggregate = strategy.strategy.train_metrics_aggr_fn
         def metrics(contents, key):
@@ -1006,7 +1006,7 @@ def test_versions_server_state_resumes_bit_exact(task_identity, tmp_path):
     def make():
         return DeepReduceStrategy(
             FedAvg(fraction_train=0.4, min_train_nodes=2, min_available_nodes=5,
-                   fraction_evaluate=0.0), GOLOMB_QSGD)
+                   fraction_evaluate=0.0), GOLOMB_QSGD, downlink="versions")
 
     a, b = _resumed_matches_uninterrupted(tmp_path, make, rounds=(4, 3))
     assert a._version == b._version == 6 and a._versions.keys() == b._versions.keys()
@@ -1109,7 +1109,7 @@ def test_clients_round_with_noise_of_their_own(task_identity):
 
     # Through the strategy and the mod: every client trains to the same model.
     contexts = contexts_for([1, 2])
-    strategy = DeepReduceStrategy(fedavg(2), ternary)
+    strategy = DeepReduceStrategy(fedavg(2), ternary, downlink="versions")
     same = arrays(9, 0.5)
     payloads = []
 
@@ -1246,3 +1246,53 @@ def test_one_round_of_whole_model_topk_and_stochastic_qsgd_matches_numpy(task_id
     whole = _sparse_reference(update, 0.3, lambda v: v, whole_model=True)
     per_tensor = _sparse_reference(update, 0.3, lambda v: v)
     assert any((a != 0).sum() != (b != 0).sum() for a, b in zip(whole, per_tensor))
+
+
+# ---------------------------------------------------------------------------
+# The two documented lines: defaults, and what Flower's log shows
+
+def test_the_defaults_are_the_recommended_configuration_per_node(task_identity):
+    """DeepReduceStrategy(strategy) alone: the recommended configuration
+    (whole-model top-35 %, golomb, 2-bit QSGD, min_size 100) both ways and the
+    per-node downlink: a node's first message is the model (nothing says the
+    node can build it), every later one a payload."""
+    import logging
+
+    from deepreduce_tf.federated.codec import canonical_params
+
+    strategy = DeepReduceStrategy(fedavg(2))
+    assert strategy.params_json == canonical_params(flower.RECOMMENDED)
+    assert strategy.server_params_json == strategy.params_json
+    assert strategy.downlink == "per_node" and not strategy.initial_on_clients
+    shapes = [(3, 3, 1, 16), (16,), (400, 60), (60,), (60, 10), (10,)]
+    model = ArrayRecord([np.full(s, 0.01, np.float32) for s in shapes])
+    dense = sum(4 * int(np.prod(s)) for s in shapes)
+    lines = []
+
+    class Lines(logging.Handler):
+        def emit(self, record):
+            lines.append(record.getMessage())
+
+    handler = Lines()
+    logging.getLogger("flwr").addHandler(handler)
+    try:
+        strategy.summary()
+        contexts = contexts_for([1, 2])
+        for rnd in (1, 2):
+            model, measured = run_rounds(strategy, contexts, 1, first=rnd, model=model)
+            strategy.aggregate_evaluate(rnd, [])
+    finally:
+        logging.getLogger("flwr").removeHandler(handler)
+    first, second = strategy.rounds
+    assert first["down_bytes"] == 2 * dense  # first contact: the model itself
+    assert 0 < second["down_bytes"] < 0.2 * 2 * dense  # then one payload per node
+    assert any("DeepReduce: uplink" in l and '"compress_ratio": 0.35' in l for l in lines)
+    assert any("DeepReduce: downlink per_node" in l for l in lines)
+    for row in (first, second):
+        want = (f"DeepReduce: round {row['round']}: sent {row['down_bytes']:,} B in 2 messages "
+                f"({row['down_bytes'] / (2 * dense):.3f} of FedAvg's), received "
+                f"{row['up_bytes']:,} B in 2 messages ({row['up_bytes'] / (2 * dense):.3f} of "
+                "FedAvg's)")
+        assert sum(want in l for l in lines) == 1, (want, lines)
+    total = strategy.totals()["total_ratio"]
+    assert f"all rounds: {total:.3f} of FedAvg's bytes both ways, 0 updates rejected" in lines[-1]

@@ -20,7 +20,8 @@ app = ServerApp()
 def main(grid, context):
     out_path = str(context.run_config["out"])
     strategy = DeepReduceStrategy(FedAvg(fraction_train=1.0, min_train_nodes=3,
-                                         min_available_nodes=3, fraction_evaluate=0.0), PARAMS)
+                                         min_available_nodes=3, fraction_evaluate=0.0), PARAMS,
+                                  downlink="versions")
     crcs = []
     aggregate = strategy.strategy.train_metrics_aggr_fn
 

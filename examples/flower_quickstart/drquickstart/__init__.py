@@ -1,0 +1,1 @@
+"""drquickstart: Flower's TensorFlow quickstart, compressed by deepreduce_tf."""
