@@ -56,9 +56,10 @@ import sys
 import tempfile
 import time
 
-# rate, tbf burst (REFERENCE: 1 Gbit/s needs a 1 mbit burst to get close).
+# rate, tbf burst (REFERENCE: 1 Gbit/s needs a 1 mbit burst to get close; 2 Mbit/s a
+# burst of about one MTU, so that no payload of a step passes at line rate).
 LINKS = {"unshaped": None, "1gbit": ("1gbit", "1mbit"), "100mbit": ("100mbit", "256kbit"),
-         "20mbit": ("20mbit", "256kbit")}
+         "20mbit": ("20mbit", "256kbit"), "2mbit": ("2mbit", "16kbit")}
 PREFIX = "drlb"
 SUBNET = "10.231.0"
 PORT = 29400

@@ -55,6 +55,8 @@ def candidates(model, gpus):
     if model.shapes is not None:
         # With one device per worker hierarchical is the flat exchange (same row).
         rows.append((f"{rec} hierarchical", rec, True))
+        rows.append(("max_reduction flat", "max_reduction", False))
+        rows.append(("max_reduction hierarchical", "max_reduction", True))
         rows.append(("sparse_allreduce flat", "sparse_allreduce", False))
         rows.append(("sparse_allreduce hierarchical", "sparse_allreduce", True))
         rows.append(("lgc_rar", "lgc_rar", False))
@@ -387,6 +389,9 @@ def measure_profile(path, model_name="resnet20", steps=10, repeats=5, batch=32, 
                                    f"{repeats}: {c_ms:.2f} / {d_ms:.2f} ms"}
     codecs["golomb_qsgd_dgc"] = dict(codecs["golomb_qsgd"],
                                      source="as golomb_qsgd (DGC adds one element-wise pass)")
+    codecs["max_reduction"] = dict(codecs["golomb_qsgd"],
+                                   source="as golomb_qsgd (one selection per bucket instead "
+                                          "of one per variable; fewer positions to code)")
     latency, bandwidth = _loopback_latency_and_bandwidth()
     profile = {
         "name": name or os.path.splitext(os.path.basename(path))[0],

@@ -174,8 +174,8 @@ def test_unknown_preset_is_one_usage_line(tmp_path):
     assert code == 1
     lines = [line for line in err.splitlines() if line.strip()]
     assert lines == ["deepreduce-bench: error: --compare: unknown preset 'zip'; valid presets: "
-                     "uncompressed, topk, golomb_qsgd, golomb_qsgd_dgc, bloom_polyfit, lgc_ps, "
-                     "lgc_rar, sparse_allreduce, powersgd, flags"]
+                     "uncompressed, topk, golomb_qsgd, golomb_qsgd_dgc, max_reduction, "
+                     "bloom_polyfit, lgc_ps, lgc_rar, sparse_allreduce, powersgd, flags"]
     assert not (tmp_path / "deepreduce_bench_runs").exists()
 
 

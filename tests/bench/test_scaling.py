@@ -80,6 +80,11 @@ def test_bytes_against_the_recorded_runs():
     assert scaling.golomb_qsgd_payload(scaling.gpt_shapes()) == pytest.approx(26_624_144, rel=0.005)
     assert scaling.topk_payload(r20) == pytest.approx(31_364, abs=8)
     assert scaling.lgc_rar_bytes(r20) == pytest.approx(12_564, abs=8)
+    # max_reduction's steady state: one top-k of 0.3 % over ResNet-20's single
+    # bucket, the last step of the main job's runs (1,860 B on seed 0;
+    # benchmarks/results/max_reduction_resnet20_600.json).
+    assert scaling.golomb_bits_per_index(0.003) == pytest.approx(9.864, rel=0.001)
+    assert scaling.max_reduction_payload(r20) == pytest.approx(1_860, rel=0.01)
 
 
 # ---------------------------------------------------------------- the step, by hand

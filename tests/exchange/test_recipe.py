@@ -183,3 +183,39 @@ def test_compensate_within_is_compensate_and_the_range_check(rng, name, kwargs):
             rest[positions] = 0
             mem.update_sent("w", x, Sent(tf.constant(rest), tf.constant(positions),
                                          tf.constant(x.numpy()[positions])))
+
+
+def test_whole_bucket_topk_with_dgc_warmup_and_small_tensors_matches_numpy(rng):
+    """max_reduction's recipe (deepreduce-bench --compare=max_reduction): one
+    top-k over the whole bucket, the small tensors in it (min_size 1), DGC's
+    momentum correction with factor masking and its exponential warm-up of
+    the density, against numpy over the concatenated tensors."""
+    m, ratio, warm = 0.9, 0.003, 3
+    comp = make(memory="dgc", momentum=m, compress_ratio=ratio, topk_scope="bucket",
+                min_size=1, warmup_steps=warm, warmup="exponential")
+    sizes = [3000, 10, 990]  # a bias-sized tensor between two large ones
+    n = sum(sizes)
+    u = np.zeros(n, np.float32)
+    v = np.zeros(n, np.float32)
+    for t in range(1, warm + 4):
+        g = rng.standard_normal(n).astype(np.float32)
+        g[3000:3010] *= 30.0  # the small tensor's gradients are large: it gets positions
+        parts = np.split(g, np.cumsum(sizes)[:-1])
+        names = ["a", "b", "c"]
+        payload, ctx = comp.compress_batch([tf.constant(p) for p in parts], names=names)
+        got = np.concatenate([x.numpy() for x in comp.decompress_batch(payload, ctx)])
+        frac = min(t - 1, warm) / warm
+        want_ratio = 0.25 * (ratio / 0.25) ** frac if t <= warm else ratio
+        k = min(n, max(1, math.ceil(want_ratio * n)))
+        u = np.float32(m) * u + g
+        v = v + u
+        sel = topk_ref(v, k)
+        want = np.zeros(n, np.float32)
+        want[sel] = v[sel]
+        v[sel] = 0.0
+        u[sel] = 0.0
+        np.testing.assert_array_equal(np.flatnonzero(got), sel, err_msg=f"step {t}")
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+        assert np.count_nonzero(got[3000:3010]) > 0  # the small tensor is in the selection
+    (key,) = comp.memory.residuals  # one residual for the bucket, in the tensors' order
+    np.testing.assert_allclose(comp.memory.residual(key).numpy(), v, rtol=1e-5, atol=1e-5)
