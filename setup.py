@@ -120,7 +120,10 @@ class BuildOps(build_ext):
                   ["-I" + ROOT, "-fPIC", "-O3", "-Wall",
                    "-Wno-deprecated-declarations", "-Wno-interference-size",
                    "-Wno-sign-compare", "-Wno-unknown-pragmas"])
-        jobs = [(src, [cxx] + cflags + ko.defines_for(src, defines)) for src in sources]
+        # The TensorFlow headers change with its version, not with the -I path.
+        tf_headers = [f"tensorflow {tf.__version__}"]
+        jobs = [(src, [cxx] + cflags + ko.defines_for(src, defines), tf_headers)
+                for src in sources]
         link_extra = []
         if with_cuda:
             nvcc, cuda_home = ko.find_nvcc()
@@ -134,9 +137,7 @@ class BuildOps(build_ext):
             # symbols are kept local so a process-wide libcudart is untouched.
             link_extra = [cudart, "-ldl", "-lrt", "-lpthread",
                           "-Wl,--exclude-libs,libcudart_static.a"]
-        # The TensorFlow headers change with its version, not with the -I path.
-        objs = ko.compile_objects(jobs, log=lambda m: print(m, flush=True),
-                                  inputs=[f"tensorflow {tf.__version__}"])
+        objs = ko.compile_objects(jobs, log=lambda m: print(m, flush=True))
         link = ([cxx, "-shared", "-o", out_path] + objs + link_extra +
                 tf.sysconfig.get_link_flags() + ["-Wl,--no-undefined"])
         print(" ".join(link), flush=True)

@@ -5,9 +5,18 @@
 #   3. a clean venv with only tensorflow-cpu (pinned in
 #      build_deps/requirements.txt) and that wheel; outside the repository it
 #      imports deepreduce_tf, prints build_info() and round-trips a Bloom filter,
-#   4. bazel test //:op_tests (tests/ops/test_*.py against the Bazel-built
-#      library),
+#   4. bazel test //:op_tests_all (every tests/ops/test_*.py in one pytest
+#      session with two workers, against the Bazel-built library; never a
+#      cached test result),
 # then shuts the Bazel server down. Exits non-zero on the first failure.
+# The clean venv's TensorFlow is installed while Bazel compiles (pip mostly
+# waits on the disk; the compiler on the CPU).
+#
+# Compiled objects are kept in Bazel's disk cache, outside the clone, which
+# Bazel addresses by the digest of every input of an action (sources, headers,
+# flags, toolchain): a later run, from any clone, compiles only what changed.
+# Without it a CI run compiled the CPU kernels twice (setup.py for the README's
+# commands, then Bazel). Test results are never taken from it.
 #
 #   bash build_deps/bazel_ci.sh
 #
@@ -17,6 +26,8 @@
 #                    build_deps/requirements.txt if it does not exist.
 #   DEEPREDUCE_BAZEL_OUTPUT_ROOT  Bazel's --output_user_root (default
 #                    ${TMPDIR:-/tmp}/deepreduce_tf_bazel_<uid>, outside the tree).
+#   DEEPREDUCE_BAZEL_DISK_CACHE  Bazel's --disk_cache (default
+#                    ~/.cache/deepreduce_tf/bazel-disk-cache; empty: none).
 #   BAZEL            the bazel binary (default: bazel).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,9 +43,13 @@ PIP_TIMEOUT=600
 
 output_root="${DEEPREDUCE_BAZEL_OUTPUT_ROOT:-${TMPDIR:-/tmp}/deepreduce_tf_bazel_$(id -u)}"
 bazel=("${BAZEL:-bazel}" "--output_user_root=$output_root")
+disk_cache="${DEEPREDUCE_BAZEL_DISK_CACHE-${HOME:-/tmp}/.cache/deepreduce_tf/bazel-disk-cache}"
+cache=()
+[ -n "$disk_cache" ] && cache=("--disk_cache=$disk_cache")
 work="$(mktemp -d "${TMPDIR:-/tmp}/deepreduce_tf_ci.XXXXXX")"
 cleanup() {
   local rc=$?
+  [ -n "${venv_pid:-}" ] && kill "$venv_pid" 2>/dev/null
   "${bazel[@]}" shutdown >/dev/null 2>&1 || true
   rm -rf "$work"
   if [ "$rc" -eq 0 ]; then
@@ -59,8 +74,16 @@ if [ -z "${PYTHON_BIN_PATH:-}" ]; then
 fi
 echo "Building against: $PYTHON_BIN_PATH"
 
-step "bazel build //:build_pip_pkg"
-timeout "$BUILD_TIMEOUT" "${bazel[@]}" build //:build_pip_pkg
+tf_pin="$(grep -E '^tensorflow-cpu==' build_deps/requirements.txt)"
+step "clean venv with $tf_pin (in the background, log: $work/venv.log)"
+(
+  "$PYTHON_BIN_PATH" -m venv "$work/venv" &&
+    timeout "$PIP_TIMEOUT" "$work/venv/bin/python" -m pip install -q "$tf_pin"
+) >"$work/venv.log" 2>&1 &
+venv_pid=$!
+
+step "bazel build //:build_pip_pkg${cache:+ (disk cache: $disk_cache)}"
+timeout "$BUILD_TIMEOUT" "${bazel[@]}" build ${cache[@]+"${cache[@]}"} //:build_pip_pkg
 bazel_bin="$("${bazel[@]}" info bazel-bin 2>/dev/null)"
 
 step "building the wheel"
@@ -68,9 +91,11 @@ wheel="$("$bazel_bin/build_pip_pkg" "$work/wheels" | tail -n 1)"
 echo "$wheel"
 
 step "clean venv: tensorflow-cpu + the wheel"
-tf_pin="$(grep -E '^tensorflow-cpu==' build_deps/requirements.txt)"
-"$PYTHON_BIN_PATH" -m venv "$work/venv"
-timeout "$PIP_TIMEOUT" "$work/venv/bin/python" -m pip install -q "$tf_pin"
+if ! wait "$venv_pid"; then
+  cat "$work/venv.log" >&2
+  echo "bazel_ci.sh: creating the clean venv with $tf_pin failed" >&2
+  exit 1
+fi
 timeout "$PIP_TIMEOUT" "$work/venv/bin/python" -m pip install -q "$wheel"
 
 step "importing the installed wheel outside the repository"
@@ -99,5 +124,6 @@ print(f"OK: {where}, decoded {decoded.tolist()}")
 PY
 )
 
-step "bazel test //:op_tests"
-timeout "$TEST_TIMEOUT" "${bazel[@]}" test //:op_tests
+step "bazel test //:op_tests_all"
+timeout "$TEST_TIMEOUT" "${bazel[@]}" test ${cache[@]+"${cache[@]}"} --nocache_test_results \
+  //:op_tests_all

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# sh_test runner of //:op_tests (see build_deps/pytest.bzl): runs pytest on the
-# test file given as $1 against the Bazel-built op library.
+# sh_test runner of //:op_tests and //:op_tests_all (see build_deps/pytest.bzl):
+# runs pytest on the test files it is given (paths in the workspace; any other
+# argument goes to pytest as it is) against the Bazel-built op library.
 #
 # The tests expect deepreduce_tf to be *installed*, also in the fresh
 # interpreters they start without PYTHONPATH (tests/ops/test_loader.py), and never
@@ -17,8 +18,10 @@ set -euo pipefail
 runfiles="${TEST_SRCDIR:-$0.runfiles}"
 workspace="$runfiles/${TEST_WORKSPACE:-deepreduce_tf}"
 base_python="${PYTHON_BIN_PATH:-$(cat "$runfiles/local_config_tf/python_bin")}"
-test_file="$workspace/$1"
-shift
+args=()
+for a in "$@"; do
+  if [ -f "$workspace/$a" ]; then args+=("$workspace/$a"); else args+=("$a"); fi
+done
 built_lib="$workspace/deepreduce_tf/ops/_deepreduce_ops.so"
 
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
@@ -65,4 +68,4 @@ if [ -n "${XML_OUTPUT_FILE:-}" ]; then
   junit=("--junitxml=$XML_OUTPUT_FILE")
 fi
 exec "$python" -m pytest -p no:cacheprovider -q --rootdir="$workspace" \
-  "${junit[@]}" "$test_file" "$@"
+  ${junit[@]+"${junit[@]}"} "${args[@]}"

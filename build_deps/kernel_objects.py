@@ -100,12 +100,13 @@ def check_headers(defines):
                         "kernel_objects.py); use it in a source file, not a header")
 
 
-def compile_objects(jobs, log=print, inputs=()):
-    """jobs: [(source, command without the source and -o)]. Returns the
-    object paths in the same order, compiling in parallel only those whose
-    (kernel tree, command, `inputs`) has no object yet. `inputs`: what else
-    the objects are made of that the command does not name (the version of
-    the TensorFlow whose headers an -I path points to)."""
+def compile_objects(jobs, log=print):
+    """jobs: [(source, command without the source and -o[, inputs])]. Returns
+    the object paths in the same order, compiling in parallel only those whose
+    (kernel tree, command, inputs) has no object yet. inputs: what else an
+    object is made of that its command does not name (the version of the
+    TensorFlow whose headers an -I path points to); none for the .cu objects,
+    which include no TensorFlow header, so that every caller shares them."""
     tree = setup_state.kernels_digest()[:16]
     cache = os.path.join(CACHE, tree)
     os.makedirs(cache, exist_ok=True)
@@ -113,8 +114,9 @@ def compile_objects(jobs, log=print, inputs=()):
         if other != tree:
             shutil.rmtree(os.path.join(CACHE, other), ignore_errors=True)
     plan, todo = [], []
-    for src, cmd in jobs:
-        key = hashlib.sha256("\0".join(list(cmd) + list(inputs)).encode()).hexdigest()[:16]
+    for src, cmd, *inputs in jobs:
+        inputs = list(inputs[0]) if inputs else []
+        key = hashlib.sha256("\0".join(list(cmd) + inputs).encode()).hexdigest()[:16]
         name = os.path.relpath(src, ROOT).replace(os.sep, "_")
         obj = os.path.join(cache, f"{name}.{key}.o")
         plan.append(obj)

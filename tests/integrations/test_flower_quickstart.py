@@ -156,7 +156,8 @@ def test_flwr_run_of_the_example_app_is_compressed_and_says_so(tmp_path):
     try:
         run = subprocess.run(
             [flwr, "run", ".", "--stream", "--federation-config", "num-supernodes=2",
-             "--run-config", f'num-server-rounds=2 fraction-train=1.0 out-dir="{out_dir}"'],
+             "--run-config", f'num-server-rounds=2 fraction-train=1.0 examples-per-node=2000 '
+                             f'out-dir="{out_dir}"'],
             cwd=app, env=env, capture_output=True, text=True, timeout=480)
     finally:
         signalled = _stop_local_superlink(link)

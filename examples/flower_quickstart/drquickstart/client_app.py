@@ -22,7 +22,8 @@ app = ClientApp(mods=[DeepReduceMod(
 def train(msg: Message, context: Context):
     keras.backend.clear_session()
     x_train, y_train, _, _ = load_data(context.node_config["partition-id"],
-                                       context.node_config["num-partitions"])
+                                       context.node_config["num-partitions"],
+                                       context.run_config["examples-per-node"])
     model = load_model(context.run_config["learning-rate"])
     model.set_weights(msg.content["arrays"].to_numpy_ndarrays())
     history = model.fit(x_train, y_train, epochs=context.run_config["local-epochs"],
@@ -41,7 +42,8 @@ def evaluate(msg: Message, context: Context):
     # the server's evaluate_fn measures that one (server_app.py).
     keras.backend.clear_session()
     _, _, x_test, y_test = load_data(context.node_config["partition-id"],
-                                     context.node_config["num-partitions"])
+                                     context.node_config["num-partitions"],
+                                     context.run_config["examples-per-node"])
     model = load_model(context.run_config["learning-rate"])
     model.set_weights(msg.content["arrays"].to_numpy_ndarrays())
     loss, accuracy = model.evaluate(x_test, y_test, verbose=0)

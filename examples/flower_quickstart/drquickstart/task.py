@@ -40,15 +40,18 @@ def _images(dataset):
 _TRAIN = None
 
 
-def load_data(partition_id, num_partitions):
+def load_data(partition_id, num_partitions, examples=0):
     """Node `partition_id`'s shard of the training split (one fixed shuffle,
-    num_partitions equal parts), 80 % to train and 20 % to evaluate on."""
+    num_partitions equal parts), 80 % to train and 20 % to evaluate on; with
+    `examples` > 0, only the shard's first `examples` images (a quick run)."""
     global _TRAIN
     if _TRAIN is None:
         _TRAIN = _images(load_fashion_mnist("train", allow_synthetic=False))
     x, y = _TRAIN
     order = np.random.default_rng(1234).permutation(len(y))
     shard = np.array_split(order, num_partitions)[partition_id]
+    if examples > 0:
+        shard = shard[:examples]
     cut = int(0.8 * len(shard))
     return x[shard[:cut]], y[shard[:cut]], x[shard[cut:]], y[shard[cut:]]
 
