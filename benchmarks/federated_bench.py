@@ -101,6 +101,19 @@ CONFIGS = {
     "golomb_qsgd2_r65_bucket": {"compressor": "topk", "compress_ratio": 0.65,
                                 "deepreduce": "both", "index": "golomb", "value": "qsgd",
                                 "bits": 2, "topk_scope": "bucket"},
+    # Between the 0.0475 and 0.065 of FedAvg's volume of r22 and r35 (bucket).
+    "golomb_qsgd2_r28_bucket": {"compressor": "topk", "compress_ratio": 0.28,
+                                "deepreduce": "both", "index": "golomb", "value": "qsgd",
+                                "bits": 2, "topk_scope": "bucket"},
+    # Clients without residuals (memory none: FetchSGD's stateless clients),
+    # at the recommendation's volume and at r22's (for the server of
+    # SERVERS["topk22"], which keeps the error instead).
+    "golomb_qsgd2_r35_bucket_noef": {"compressor": "topk", "compress_ratio": 0.35,
+                                     "deepreduce": "both", "index": "golomb", "value": "qsgd",
+                                     "bits": 2, "topk_scope": "bucket", "memory": "none"},
+    "golomb_qsgd2_r22_bucket_noef": {"compressor": "topk", "compress_ratio": 0.22,
+                                     "deepreduce": "both", "index": "golomb", "value": "qsgd",
+                                     "bits": 2, "topk_scope": "bucket", "memory": "none"},
     # golomb_qsgd2_r22 without the clients' residuals (memory none): each
     # message sends top-r of that round's update alone.
     "golomb_qsgd2_r22_noef": {"compressor": "topk", "compress_ratio": 0.22, "deepreduce": "both",
@@ -134,6 +147,14 @@ SERVERS = {
     # learning rate of 1 (lr / (1 - momentum)).
     "fedavgm": ("FedAvgM", {"server_momentum": 0.9, "server_learning_rate": 1.0}),
     "fedavgm_eff1": ("FedAvgM", {"server_momentum": 0.9, "server_learning_rate": 0.1}),
+    # FetchSGD's server (Rothchild et al. 2020) without sketches: the model
+    # moves by the top 22 % of the server's accumulated update
+    # (deepreduce_tf.federated.FedAvgTopK): momentum 0.9 at an effective step
+    # of 1, and error accumulation alone (no momentum, step 1).
+    "topk22": ("FedAvgTopK", {"density": 0.22, "server_momentum": 0.9,
+                              "server_learning_rate": 0.1}),
+    "topk22_ef": ("FedAvgTopK", {"density": 0.22, "server_momentum": 0.0,
+                                 "server_learning_rate": 1.0}),
     # Reddi et al. 2021 (adaptive federated optimization): server Adam.
     "fedadam": ("FedAdam", {"eta": 0.01, "eta_l": 0.05, "beta_1": 0.9, "beta_2": 0.99,
                             "tau": 1e-3}),
@@ -158,11 +179,19 @@ def split_name(name):
     return compression, server or "fedavg"
 
 
+# Servers whose update is itself compressed (FedAvgTopK): their runs are
+# compared with plain FedAvg, the uncompressed exchange.
+SPARSE_SERVERS = {"topk22", "topk22_ef"}
+
+
 def reference_of(name):
     """The uncompressed run a configuration is compared with: the dense
-    exchange under the same server optimizer."""
+    exchange under the same server optimizer (plain FedAvg for a server of
+    SPARSE_SERVERS)."""
     server = split_name(name)[1]
-    return UNCOMPRESSED if server == "fedavg" else f"{UNCOMPRESSED}@{server}"
+    if server == "fedavg" or server in SPARSE_SERVERS:
+        return UNCOMPRESSED
+    return f"{UNCOMPRESSED}@{server}"
 
 
 def known(name):
@@ -178,6 +207,10 @@ def make_strategy(server, **kwargs):
     from flwr.serverapp import strategy as strategies
 
     cls, extra = SERVERS[server]
+    if cls == "FedAvgTopK":
+        from deepreduce_tf.federated import FedAvgTopK
+
+        return FedAvgTopK(**kwargs, **extra)
     return getattr(strategies, cls)(**kwargs, **extra)
 
 
@@ -222,6 +255,12 @@ DESCRIPTIONS = {
                                "values",
     "golomb_qsgd2_r65_bucket": "top-r 65 % over the whole model, golomb indices, QSGD 2-bit "
                                "values",
+    "golomb_qsgd2_r28_bucket": "top-r 28 % over the whole model, golomb indices, QSGD 2-bit "
+                               "values",
+    "golomb_qsgd2_r35_bucket_noef": "top-r 35 % over the whole model, golomb indices, QSGD "
+                                    "2-bit values; no client residual",
+    "golomb_qsgd2_r22_bucket_noef": "top-r 22 % over the whole model, golomb indices, QSGD "
+                                    "2-bit values; no client residual",
     "golomb_qsgd2_r22_noef": "top-r 22 %, golomb indices, QSGD 2-bit values; no client "
                              "residual",
     "golomb_qsgd1_r29": "top-r 29 %, golomb indices (lossless), QSGD 1-bit values (ternary)",
