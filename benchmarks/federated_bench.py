@@ -149,10 +149,13 @@ SERVERS = {
     "fedavgm_eff1": ("FedAvgM", {"server_momentum": 0.9, "server_learning_rate": 0.1}),
     # FetchSGD's server (Rothchild et al. 2020) without sketches: the model
     # moves by the top 22 % of the server's accumulated update
-    # (deepreduce_tf.federated.FedAvgTopK): momentum 0.9 at an effective step
+    # (deepreduce_tf.federated.FedAvgTopK): momentum 0.9 at a step of 0.1 (with
+    # the momentum masked where the model moved, a tenth of FedAvg's step) and
     # of 1, and error accumulation alone (no momentum, step 1).
     "topk22": ("FedAvgTopK", {"density": 0.22, "server_momentum": 0.9,
                               "server_learning_rate": 0.1}),
+    "topk22_m9_lr1": ("FedAvgTopK", {"density": 0.22, "server_momentum": 0.9,
+                                     "server_learning_rate": 1.0}),
     "topk22_ef": ("FedAvgTopK", {"density": 0.22, "server_momentum": 0.0,
                                  "server_learning_rate": 1.0}),
     # Reddi et al. 2021 (adaptive federated optimization): server Adam.
@@ -181,7 +184,7 @@ def split_name(name):
 
 # Servers whose update is itself compressed (FedAvgTopK): their runs are
 # compared with plain FedAvg, the uncompressed exchange.
-SPARSE_SERVERS = {"topk22", "topk22_ef"}
+SPARSE_SERVERS = {"topk22", "topk22_m9_lr1", "topk22_ef"}
 
 
 def reference_of(name):

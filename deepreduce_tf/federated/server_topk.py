@@ -37,11 +37,13 @@ class FedAvgTopK(FedAvg):
       density: the fraction of the model's entries the model changes in per
         round, in (0, 1] (k = max(1, round(density * size))).
       server_momentum: rho in [0, 1) [0.9].
-      server_learning_rate: lr > 0 [0.1: with rho 0.9, a step of 1 at rest].
+      server_learning_rate: lr > 0 [1.0: the clients' update at its own scale;
+        the momentum is zeroed where the model moved, so an entry applied every
+        round moves by lr * g, as in FedAvg at lr 1].
       **kwargs: FedAvg's (fraction_train, min_train_nodes, ...).
     """
 
-    def __init__(self, density, server_momentum=0.9, server_learning_rate=0.1, **kwargs):
+    def __init__(self, density, server_momentum=0.9, server_learning_rate=1.0, **kwargs):
         for name, value in (("density", density), ("server_momentum", server_momentum),
                             ("server_learning_rate", server_learning_rate)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) \
