@@ -133,7 +133,7 @@ CONFIGS = {
 # the real configuration (a result's "config", its "alias" beside it).
 ALIASES = {
     "baseline": "fedavg",
-    "recommended": "golomb_qsgd2_r35_bucket",
+    "recommended": "golomb_qsgd2_r28_bucket",
 }
 # Server optimizers: a configuration "<compression>@<server>" runs the
 # compression of CONFIGS under the Flower strategy named here (FedAvg when no
