@@ -49,7 +49,8 @@ cache=()
 work="$(mktemp -d "${TMPDIR:-/tmp}/deepreduce_tf_ci.XXXXXX")"
 cleanup() {
   local rc=$?
-  [ -n "${venv_pid:-}" ] && kill "$venv_pid" 2>/dev/null
+  # (an `a && b` whose b fails would end a trap under `set -e` with status 1)
+  if [ -n "${venv_pid:-}" ]; then kill "$venv_pid" 2>/dev/null || true; fi
   "${bazel[@]}" shutdown >/dev/null 2>&1 || true
   rm -rf "$work"
   if [ "$rc" -eq 0 ]; then
@@ -91,7 +92,10 @@ wheel="$("$bazel_bin/build_pip_pkg" "$work/wheels" | tail -n 1)"
 echo "$wheel"
 
 step "clean venv: tensorflow-cpu + the wheel"
-if ! wait "$venv_pid"; then
+venv_ok=0
+wait "$venv_pid" || venv_ok=$?
+venv_pid=""
+if [ "$venv_ok" -ne 0 ]; then
   cat "$work/venv.log" >&2
   echo "bazel_ci.sh: creating the clean venv with $tf_pin failed" >&2
   exit 1
