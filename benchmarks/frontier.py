@@ -13,8 +13,10 @@ entries of earlier result files of the same form as --json writes (a list of
 markdown row per configuration: bytes per step as the accounting counts them
 (warm-up included), the reduction against TensorFlow's dense all-reduce, the
 accuracy of every seed, the mean, and against --baseline on the same seeds the
-mean difference, the worst seed's and the spread (max - min of the
-differences); then the plot, one point per seed.
+mean difference with its standard error (the sample standard deviation of the
+per-seed differences over the square root of their number; two or more
+seeds), the worst seed's and the spread (max - min of the differences); then
+the plot, one point per seed.
 """
 import argparse
 import glob
@@ -59,6 +61,8 @@ def rows(entries, baseline, seeds=None):
                       "sent_bytes_per_step": sent, "reduction": dense / sent,
                       "delta_mean": float(np.mean(paired)) if paired and config != baseline
                       else None,
+                      "delta_se": float(np.std(paired, ddof=1) / np.sqrt(len(paired)))
+                      if len(paired) > 1 and config != baseline else None,
                       "delta_worst": float(min(paired)) if paired and config != baseline else None,
                       "delta_spread": float(max(paired) - min(paired))
                       if paired and config != baseline else None,
@@ -68,7 +72,7 @@ def rows(entries, baseline, seeds=None):
 
 
 def markdown(table):
-    lines = ["| configuration | B/step | reduction | accuracy per seed | mean | Δ mean | worst Δ "
+    lines = ["| configuration | B/step | reduction | accuracy per seed | mean | Δ mean ± SE | worst Δ "
              "| spread of Δ | seeds within 0.3 |", "|---|--:|--:|---|--:|--:|--:|--:|--:|"]
 
     def pts(v, sign=True):
@@ -79,7 +83,9 @@ def markdown(table):
         within = "–" if r["within_0.3"] is None else f"{r['within_0.3']} of {len(r['seeds'])}"
         lines.append(f"| {r['config']} | {r['sent_bytes_per_step']:,.0f} | "
                      f"{r['reduction']:.1f}× | {per_seed} | {r['mean']:.4f} | "
-                     f"{pts(r['delta_mean'])} | {pts(r['delta_worst'])} | "
+                     f"{pts(r['delta_mean'])}"
+                     f"{'' if r.get('delta_se') is None else ' ± ' + pts(r['delta_se'], False)} | "
+                     f"{pts(r['delta_worst'])} | "
                      f"{pts(r['delta_spread'], sign=False)} | {within} |")
     return "\n".join(lines)
 

@@ -51,7 +51,7 @@ HELP_GROUPS = (
         "plot", "plot_compare", "verbose")),
     ("gradient exchange and compression (DeepReduce)", (
         "compare", "exchange", "compressor", "compress_ratio", "threshold", "topk_scope",
-        "topk_skip_zeros", "memory", "warmup_steps", "warmup", "clip_norm", "hierarchical",
+        "topk_skip_zeros", "memory", "momentum_masking", "warmup_steps", "warmup", "clip_norm", "schedule", "schedule_steps", "hierarchical",
         "communicator",
         "bucket_cap_mb", "deepreduce", "index", "value", "min_size", "codec_repeats")),
 )

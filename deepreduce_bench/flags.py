@@ -383,6 +383,15 @@ def resolve(fv=flags.FLAGS):
     exchange = _choice("exchange", fv.exchange, EXCHANGES)
     lr_schedule = _choice("lr_schedule", fv.lr_schedule or "constant", LR_SCHEDULES)
     params = compression_params(fv) if exchange == "deepreduce" else tf_exchange_params(fv)
+    if params.get("schedule") not in (None, "none", "constant") and "schedule_steps" not in params:
+        # The exchange's schedule spans the run, as the optimizer's would.
+        steps = fv.num_batches
+        if steps is None and fv.num_epochs is None:
+            steps = COMPARE_STEPS if compare_names else 100
+        if steps is None:
+            _fail(f"--schedule={params['schedule']} with --num_epochs needs --schedule_steps "
+                  "(the run's steps), or give --num_batches")
+        params["schedule_steps"] = fv.num_warmup_batches + steps
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

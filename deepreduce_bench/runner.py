@@ -185,11 +185,14 @@ def _nbytes(shape, dtype):
 
 def make_optimizer(config, total_steps=None):
     """The Keras 3 optimizer of --optimizer at --init_learning_rate: constant,
-    or (--lr_schedule=cosine) decayed to 0 along a cosine over total_steps."""
+    or (--lr_schedule=cosine) decayed to 0 along a cosine over total_steps;
+    constant where the exchange applies the schedule (--schedule)."""
     import keras
 
     lr = config.init_learning_rate
-    if config.lr_schedule == "cosine":
+    if (config.params or {}).get("schedule") not in (None, "none", "constant"):
+        pass  # --schedule: the exchange applies the schedule, the optimizer keeps lr
+    elif config.lr_schedule == "cosine":
         lr = keras.optimizers.schedules.CosineDecay(lr, decay_steps=max(int(total_steps), 1))
     if config.optimizer == "sgd":
         return keras.optimizers.SGD(lr)

@@ -52,8 +52,9 @@ codec_base = _LazyModule("deepreduce_tf.codecs.base")
 # Compression flags that are not codec parameters, and the from_params Params
 # of the fusion / scope flags.
 GENERAL_PARAM_FLAGS = ("compressor", "compress_ratio", "threshold", "topk_scope",
-                       "topk_skip_zeros", "memory",
-                       "warmup_steps", "warmup", "clip_norm", "hierarchical", "communicator",
+                       "topk_skip_zeros", "memory", "momentum_masking",
+                       "warmup_steps", "warmup", "clip_norm", "schedule", "schedule_steps",
+                       "hierarchical", "communicator",
                        "bucket_cap_mb", "deepreduce", "index", "value")
 
 
@@ -81,7 +82,8 @@ def param_flags():
 def extra_params():
     """The from_params Params of the fusion / selection flags (--topk_scope,
     --topk_skip_zeros, --bucket_cap_mb)."""
-    return (dr_params.TOPK_SCOPE, dr_params.TOPK_SKIP_ZEROS, dr_params.BUCKET_CAP_MB)
+    return (dr_params.TOPK_SCOPE, dr_params.TOPK_SKIP_ZEROS, dr_params.BUCKET_CAP_MB,
+            dr_params.MOMENTUM_MASKING)
 
 
 def __getattr__(name):
@@ -177,6 +179,14 @@ def _define_general_flags(fv):
     flags.DEFINE_float("clip_norm", None,
                        "Local gradient clipping: each worker scales its gradients to this "
                        "global L2 norm at most, before error feedback (DGC).", flag_values=fv)
+    flags.DEFINE_string("schedule", None,
+                        "none | cosine: the learning-rate schedule applied by the exchange to "
+                        "each step's gradients before error feedback, so that the residual "
+                        "holds steps at the learning rate that made them; the optimizer then "
+                        "runs at its initial learning rate, constant.", flag_values=fv)
+    flags.DEFINE_integer("schedule_steps", None,
+                         "Steps the --schedule spans (deepreduce-bench: the run's steps by "
+                         "default).", flag_values=fv)
     flags.DEFINE_boolean("hierarchical", None,
                          "MultiWorkerMirroredStrategy with several devices per worker: sum the "
                          "local replicas, compress once per worker (default on; "
@@ -246,7 +256,8 @@ def compression_params(fv=flags.FLAGS):
         p["compress_ratio"] = fv.compress_ratio
     if fv.threshold is not None:
         p["threshold"] = fv.threshold
-    for key in ("memory", "warmup_steps", "warmup", "clip_norm", "hierarchical"):
+    for key in ("memory", "warmup_steps", "warmup", "clip_norm", "schedule", "schedule_steps",
+                "hierarchical"):
         if fv[key].value is not None:
             p[key] = fv[key].value
     if fv.memory == "dgc" and "momentum" in fv:  # the host command's optimizer

@@ -73,6 +73,23 @@ class Memory(tf.Module, abc.ABC):
     def config(self):
         return {}
 
+    # A fused bucket's dense section (its tensors below min_size) travels as
+    # it is, without error feedback. Memory that changes what an optimizer
+    # step means (DGC's momentum correction) applies itself there too.
+    def dense_variables(self, key, like):
+        """The variables of the dense section of `key` (created, shaped like
+        `like`, on first use)."""
+        return []
+
+    def compensate_dense(self, tensor, key):
+        """What the dense section `tensor` of `key` sends: itself."""
+        return tensor
+
+    def update_dense(self, key, keep=None):
+        """Stores the state of the dense section sent by this step's
+        compensate_dense(); keep: as update(). Returns the op (or None)."""
+        return None
+
 
 class Sent(collections.namedtuple("Sent", ["rest", "positions", "values"])):
     """What the receivers decode from a payload, in the form error feedback
@@ -187,10 +204,10 @@ class ResidualMemory(Memory):
         return r.assign(tf.cond(keep, kept, new_residual))
 
 
-def _reset(key, residual):
+def _reset(key, residual, what="residual", lost="the error feedback of earlier steps"):
     """Zeros for a non-finite residual, with a warning on stderr."""
-    warn = tf.print(f"deepreduce_tf: WARNING: the residual of {key!r} held NaN or Inf; it is "
-                    "reset to zero (the error feedback of earlier steps is lost)",
+    warn = tf.print(f"deepreduce_tf: WARNING: the {what} of {key!r} held NaN or Inf; it is "
+                    f"reset to zero ({lost} is lost)",
                     output_stream=sys.stderr)
     with tf.control_dependencies([warn]):
         return tf.zeros_like(residual)
@@ -208,36 +225,91 @@ class MomentumCorrectionMemory(ResidualMemory):
 
     The optimizer must then be plain SGD (momentum 0): the momentum lives
     here. A step sent dense (overflow, warm-up) masks nothing, so a dense
-    step is exactly one step of momentum SGD. With m = 0 this is
+    step is exactly one step of momentum SGD. A bucket's dense section (the
+    tensors below min_size: biases, batch norm) has a velocity of its own
+    and sends it, u <- m u + g, which is momentum SGD for those tensors
+    (without it they would train with plain SGD). With m = 0 this is
     ResidualMemory.
+
+    masking=False keeps u where a value was sent (DGC's correction without
+    its factor masking): the values sent add up, over the steps, to what
+    momentum SGD applies (sum of the velocities), each one late by its
+    stay in v; a position sent every step then has momentum SGD's step, not
+    plain SGD's, which masking gives it.
     """
 
     name_ = "dgc"
     STATE = ResidualMemory.STATE + (
-        StateVar("velocity", "gradient", "the bucket's sparse section", "bucket"),)
+        StateVar("velocity", "gradient", "the bucket's sparse section", "bucket"),
+        StateVar("dense_velocity", "gradient", "the bucket's dense section (small tensors)",
+                 "bucket"))
 
-    def __init__(self, momentum=0.9, variable_factory=None, name=None):
+    def __init__(self, momentum=0.9, variable_factory=None, name=None, masking=True):
         super().__init__(variable_factory=variable_factory, name=name)
         momentum = float(momentum)
         if not 0.0 <= momentum < 1.0:
             raise ValueError(f"momentum must lie in [0, 1), got {momentum!r}")
+        if not isinstance(masking, bool):
+            raise ValueError(f"momentum_masking must be True or False, got {masking!r}")
         self.momentum = momentum
+        self.masking = bool(masking)
         self.velocities = {}
+        self.dense_velocities = {}
         # compensate() -> the new velocity, which update_sent() masks and
-        # stores (both run in the same step's graph).
+        # stores (both run in the same step's graph); compensate_dense() ->
+        # the dense section's, which update_dense() stores.
         object.__setattr__(self, "_new_velocity", {})
+        object.__setattr__(self, "_new_dense_velocity", {})
 
     def config(self):
-        return {"momentum": self.momentum}
+        out = {"momentum": self.momentum}
+        if not self.masking:
+            out["momentum_masking"] = False
+        return out
 
     def velocity(self, key, like):
-        var = self.velocities.get(key)
+        return self._velocity_var(self.velocities, "velocity", key, like)
+
+    def dense_velocity(self, key, like):
+        """The velocity of the dense section of `key` (its small tensors)."""
+        return self._velocity_var(self.dense_velocities, "dense_velocity", key, like)
+
+    def _velocity_var(self, table, kind, key, like):
+        var = table.get(key)
         if var is None:
             with tf.init_scope():
                 var = self._factory(tf.zeros(like.shape, like.dtype),
-                                    f"velocity/{_slot_name(key)}")
-                self.velocities[key] = var
+                                    f"{kind}/{_slot_name(key)}")
+                table[key] = var
+        elif var.shape != like.shape or var.dtype != like.dtype:
+            raise ValueError(f"momentum correction: {key!r} was first seen as {var.dtype.name} "
+                             f"{var.shape}, now {like.dtype.name} {like.shape}; use one key "
+                             "per variable")
         return var
+
+    def dense_variables(self, key, like):
+        return [self.dense_velocity(key, like)]
+
+    def compensate_dense(self, tensor, key):
+        u_new = tf.cast(self.momentum, tensor.dtype) * self.dense_velocity(key, tensor) + tensor
+        self._new_dense_velocity[key] = u_new
+        return u_new
+
+    def update_dense(self, key, keep=None):
+        u_new = self._new_dense_velocity.pop(key, None)
+        if u_new is None:
+            return None
+        u = self.dense_velocity(key, u_new)
+        if keep is None:
+            return u.assign(u_new, read_value=False)
+
+        def kept():  # as the residual's: a velocity that is not finite is reset
+            old = u.read_value()
+            return tf.cond(tf.reduce_all(tf.math.is_finite(old)), lambda: old,
+                           lambda: _reset(key, old, "dense section's velocity",
+                                          "its momentum"))
+
+        return u.assign(tf.cond(keep, kept, lambda: u_new), read_value=False)
 
     def state_variables(self, key, like):
         return [self.residual(key, like=like), self.velocity(key, like)]
@@ -272,8 +344,11 @@ class MomentumCorrectionMemory(ResidualMemory):
             raise RuntimeError(f"momentum correction: update of {key!r} without its "
                                "compensate() in the same step")
         u = self.velocity(key, compensated)
-        masked = fusion_ops.scatter_subtract(u_new, sent.positions,
-                                             fusion_ops.gather(u_new, sent.positions))
+        if self.masking:
+            masked = fusion_ops.scatter_subtract(u_new, sent.positions,
+                                                 fusion_ops.gather(u_new, sent.positions))
+        else:
+            masked = u_new
         if keep is None:
             new_u = masked
         else:  # a NaN/Inf step leaves the velocity as it was, like the residual

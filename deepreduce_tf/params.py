@@ -16,10 +16,17 @@ Keys (defaults in brackets; every key may be left out):
                   with plain SGD, the momentum lives in the compressor)
   beta, gamma     residual memory r <- beta r + gamma g [1.0, 1.0]
   momentum        dgc memory's momentum [0.9]
+  momentum_masking True | False [True]   dgc memory: DGC's factor masking
+                  (the velocity is zeroed where a value was sent); False
+                  keeps it, so the values sent add up to momentum SGD's steps
   warmup_steps    first steps of every tensor as a warm-up [0]
   warmup          dense | exponential [dense] (exponential: DGC's top-k
                   density 25 % -> compress_ratio over warmup_steps)
   clip_norm       local gradient clipping by global L2 norm [None]
+  schedule        none | cosine [none]: the learning-rate schedule applied by
+                  the exchange, before error feedback (the optimizer then runs
+                  at the peak learning rate, constant); needs memory
+  schedule_steps  the steps the schedule spans (with schedule)
   communicator    allgather | allreduce | lgc_ps | lgc_rar | sparse_allreduce
                   (top-k's positions gathered, the values at their union
                   all-reduced; docs/sparse_allreduce.md) [allgather; the
@@ -90,9 +97,9 @@ DEFAULT_CODECS = {"index": "bloom", "value": "polyfit"}
 # (index, value and codec parameters) come from the codec registry.
 GENERAL_KEYS = ("compressor", "compress_ratio", "threshold", "topk_scope", "topk_skip_zeros",
                 "memory", "beta",
-                "gamma", "momentum", "communicator", "bucket_cap_mb", "deepreduce", "index",
+                "gamma", "momentum", "momentum_masking", "communicator", "bucket_cap_mb", "deepreduce", "index",
                 "value", "min_size", "nonfinite", "warmup_steps", "warmup", "clip_norm",
-                "hierarchical")
+                "hierarchical", "schedule", "schedule_steps")
 GENERAL_KEY_ALIASES = {"threshold_val": "threshold"}
 HARNESS_KEYS = frozenset({
     "micro-benchmark", "micro_benchmark", "world_size", "horovod_size", "gradient_id",
@@ -107,6 +114,10 @@ SCOPED_SPARSIFIERS = ("topk", "randomk")
 TOPK_SCOPE = codecs.Param(
     "topk_scope", str, "variable", choices=TOPK_SCOPES,
     help="topk / randomk: select per variable or over a whole fusion bucket")
+MOMENTUM_MASKING = codecs.Param(
+    "momentum_masking", bool, True,
+    help="memory dgc: zero the velocity where a value was sent (DGC's factor masking); "
+         "False keeps it (the values sent add up to momentum SGD's steps)")
 TOPK_SKIP_ZEROS = codecs.Param(
     "topk_skip_zeros", bool, False,
     help="topk: never select a zero (k = min(ceil(ratio * n), non-zeros))")
@@ -316,8 +327,10 @@ def from_params(params, variable_factory=None, communicator=None):
         mem = memory.ResidualMemory(beta=get("beta", 1.0), gamma=get("gamma", 1.0),
                                     variable_factory=variable_factory)
     elif mem_name == "dgc":
-        mem = memory.MomentumCorrectionMemory(momentum=get("momentum", 0.9),
-                                              variable_factory=variable_factory)
+        mem = memory.MomentumCorrectionMemory(
+            momentum=get("momentum", 0.9), variable_factory=variable_factory,
+            masking=MOMENTUM_MASKING.validate(get(MOMENTUM_MASKING.key,
+                                                  MOMENTUM_MASKING.default)))
     else:
         mem = memory.NoMemory()
     comm_name = get("communicator", "allgather")
@@ -341,6 +354,7 @@ def from_params(params, variable_factory=None, communicator=None):
     exchange = Exchange(compressor, mem, communicator, variable_factory=variable_factory,
                         warmup_steps=get("warmup_steps", 0), warmup=get("warmup", "dense"),
                         clip_norm=get("clip_norm", None),
+                        schedule=get("schedule", None), schedule_steps=get("schedule_steps", None),
                         hierarchical=HIERARCHICAL.validate(get(HIERARCHICAL.key,
                                                                HIERARCHICAL.default)),
                         params=params)

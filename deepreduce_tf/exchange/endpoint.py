@@ -35,9 +35,11 @@ from deepreduce_tf.compressor import (WARMUP_CHOICES, BatchContext, BucketContex
                                       Context, _graph_safe)
 from deepreduce_tf.memory import Memory, NoMemory
 
+SCHEDULES = (None, "cosine")
+
 Prepared = collections.namedtuple(
-    "Prepared", ["key", "x", "rest", "fits", "step", "seed", "warmup", "deps", "nonfinite"],
-    defaults=(None,))
+    "Prepared", ["key", "x", "rest", "fits", "step", "seed", "warmup", "deps", "nonfinite",
+                 "rest_nonfinite"], defaults=(None, None))
 Prepared.__doc__ = """One key's compensated input to an encoding.
 
 key: the memory and ledger key; x: the memory-compensated flat gradient (a
@@ -47,8 +49,10 @@ dense section (None for a tensor); fits: whether x fits the value codec
 keeps no counter); seed: int64 scalar seed of this step; warmup: (in_warmup,
 ratio) or None; deps: the state's initialization ops (TF1 graphs);
 nonfinite: a bool scalar, True when x holds NaN or Inf (None with
-nonfinite='raise', where such a step fails, or without x). The step's
-non-finite rules live in prepare() and commit(), for every communicator."""
+nonfinite='raise', where such a step fails, or without x); rest_nonfinite:
+the same of rest where the memory keeps state for it (DGC's velocity of the
+small tensors), else None. The step's non-finite rules live in prepare()
+and commit(), for every communicator."""
 
 Outcome = collections.namedtuple("Outcome", ["sent", "keep", "ctx"])
 Outcome.__doc__ = """What one key's encoding sent: sent, the memory.Sent of
@@ -56,6 +60,17 @@ what the receivers decode (None: nothing to remember); keep, a bool scalar
 (True: leave the residual as it was, beyond the step's own rule that a
 step holding NaN/Inf does; e.g. another worker's step did) or None; ctx,
 the context recorded in the byte ledger (None: nothing)."""
+
+
+def _any(*flags):
+    """The logical or of the bool scalars given (None: absent); None if none is."""
+    flags = [f for f in flags if f is not None]
+    if not flags:
+        return None
+    out = flags[0]
+    for f in flags[1:]:
+        out = tf.logical_or(out, f)
+    return out
 
 
 class Exchange(tf.Module):
@@ -86,6 +101,15 @@ class Exchange(tf.Module):
       hierarchical: under MultiWorkerMirroredStrategy with several devices
         per worker, sum inside each worker first and compress only between
         workers (from_params' 'hierarchical' key; default True).
+      schedule, schedule_steps: the learning-rate schedule applied by the
+        exchange instead of the optimizer (None: none, the default;
+        'cosine': step t's gradients, the small tensors' too, are scaled by
+        (1 + cos(pi min(t - 1, T) / T)) / 2, T = schedule_steps, before
+        error feedback). The residual then holds steps taken at the
+        learning rate of the step that made them, not gradients that a
+        later, smaller learning rate will scale (error feedback in update
+        space; EF-SGD, Karimireddy et al. 2019). Run the optimizer at the
+        schedule's peak learning rate, constant. Needs error feedback.
       params: the from_params dict it was built from (None otherwise).
 
     Raises:
@@ -94,7 +118,7 @@ class Exchange(tf.Module):
 
     def __init__(self, compressor, memory=None, communicator=None, ledger="default",
                  variable_factory=None, warmup_steps=0, warmup="dense", clip_norm=None,
-                 name=None, hierarchical=True, params=None):
+                 name=None, hierarchical=True, params=None, schedule=None, schedule_steps=None):
         super().__init__(name=name)
         if not isinstance(compressor, Compressor):
             raise TypeError(f"compressor must be a deepreduce_tf.compressor.Compressor, got "
@@ -131,6 +155,26 @@ class Exchange(tf.Module):
                 raise ValueError(f"clip_norm must be a finite number > 0 or None, got "
                                  f"{clip_norm!r}")
         self.clip_norm = clip_norm
+        if schedule in ("none", "constant"):
+            schedule = None
+        if schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of none, {', '.join(SCHEDULES[1:])}, got "
+                             f"{schedule!r}")
+        if schedule is not None:
+            if (isinstance(schedule_steps, bool) or not isinstance(schedule_steps, int)
+                    or schedule_steps < 1):
+                raise ValueError(f"schedule={schedule!r} needs schedule_steps, the number of "
+                                 f"steps it spans (an integer >= 1), got {schedule_steps!r}")
+            if isinstance(self.memory, NoMemory):
+                raise ValueError(f"schedule={schedule!r} moves the learning-rate schedule into "
+                                 "error feedback, and this configuration has none (memory "
+                                 "'none'): keep the schedule in the optimizer, or use memory "
+                                 "'residual' or 'dgc'")
+        elif schedule_steps is not None:
+            raise ValueError(f"schedule_steps={schedule_steps!r} without a schedule: add "
+                             "schedule='cosine' or drop schedule_steps")
+        self.schedule = schedule
+        self.schedule_steps = schedule_steps
         if communicator is None:
             raise TypeError("Exchange needs its communicator (deepreduce_tf.communicators); "
                             "deepreduce_tf.from_params chooses it from the parameters")
@@ -211,7 +255,10 @@ class Exchange(tf.Module):
 
     def __repr__(self):
         extra = "".join(f", {k}={v!r}" for k, v in (("warmup_steps", self.warmup_steps),
-                                                     ("clip_norm", self.clip_norm)) if v)
+                                                     ("clip_norm", self.clip_norm),
+                                                     ("schedule", self.schedule),
+                                                     ("schedule_steps", self.schedule_steps))
+                        if v)
         return (f"Exchange({self.compressor!r}, memory={type(self.memory).__name__}, "
                 f"communicator={self.communicator!r}{extra})")
 
@@ -222,7 +269,7 @@ class Exchange(tf.Module):
         'ledger' (byte counters)."""
         out = [("memory", v) for v in self.memory.STATE]
         counted, _ = self.communicator.counts(self)
-        if counted:
+        if counted or self.schedule is not None:
             out.append(("exchange", StateVar("step", "int64", "[]", "bucket")))
         out += [("communicator", v) for v in self.communicator.state_vars()]
         for codec in self.compressor.codecs:
@@ -320,6 +367,12 @@ class Exchange(tf.Module):
         ratio = start * tf.exp(frac * math.log(target / start))
         return in_warmup, ratio
 
+    def schedule_scale(self, step, dtype):
+        """The schedule's factor of step `step` (1 on the first), in dtype."""
+        steps = tf.constant(self.schedule_steps, tf.int64)
+        frac = tf.cast(tf.minimum(step - 1, steps), tf.float64) / float(self.schedule_steps)
+        return tf.cast(0.5 * (1.0 + tf.cos(math.pi * frac)), dtype)
+
     def clip(self, tensors):
         """Local clipping: tensors scaled so that their global L2 norm is at
         most clip_norm (unchanged when it is already)."""
@@ -328,13 +381,16 @@ class Exchange(tf.Module):
         clipped, _ = tf.clip_by_global_norm(tensors, self.clip_norm)
         return [tf.convert_to_tensor(t) for t in clipped]
 
-    def state_dependencies(self, key, like=None, seeded=False):
+    def state_dependencies(self, key, like=None, seeded=False, dense_like=None):
         """Creates the state `key` needs (residual shaped like `like`, step
-        counter if seeded) and returns the ops that initialize it in a TF1
-        graph (see _variables.ensure_initialized); [] under eager execution."""
+        counter if seeded, the memory's state of a dense section shaped like
+        `dense_like`) and returns the ops that initialize it in a TF1 graph
+        (see _variables.ensure_initialized); [] under eager execution."""
         variables = []
         if like is not None:
             variables.extend(self.memory.state_variables(key, like))
+        if dense_like is not None:
+            variables.extend(self.memory.dense_variables(key, dense_like))
         if seeded:
             variables.append(self.step_counter(key))
         if self.ledger is not None:
@@ -365,24 +421,45 @@ class Exchange(tf.Module):
         return [op for op in self.ledger.record_received(key, nbytes) or () if op is not None]
 
     # ----------------------------------------------------- the step's ends
-    def prepare(self, key, x, counted, seeded, within=True, rest=None):
-        """Compensates the flat gradient x with the key's memory, advances its
-        step counter (counted) and derives the step's seed (seeded).
-        within: also compute whether the result fits the value codec (in
-        the compensation's pass). Returns a Prepared."""
-        deps = self.state_dependencies(key, x, counted)
+    def prepare_dense(self, key, rest):
+        """(rest, nonfinite, deps): a dense section (tensors below min_size)
+        as it travels. Where the memory keeps state for it (DGC: the small
+        tensors' velocity) it is compensated, under the step's non-finite
+        rule; else it travels as it is (nonfinite None, no deps)."""
+        if not self.memory.dense_variables(key, rest):
+            return rest, None, []
+        deps = self.state_dependencies(key, dense_like=rest)
         with tf.control_dependencies(deps):
+            rest, nonfinite = self.nonfinite_rule(self.memory.compensate_dense(rest, key), key)
+        return rest, nonfinite, deps
+
+    def prepare(self, key, x, counted, seeded, within=True, rest=None, rest_nonfinite=None,
+                rest_deps=(), step=None):
+        """Advances the key's step counter (counted, or a schedule), scales
+        the flat gradient x by the schedule, compensates it with the key's
+        memory and derives the step's seed (seeded). within: also compute
+        whether the result fits the value codec (in the compensation's
+        pass). rest, rest_nonfinite, rest_deps: the bucket's dense section
+        from prepare_dense(); step: the step prepare_bucket advanced (x then
+        scaled already). Returns a Prepared."""
+        counted = counted or self.schedule is not None
+        deps = self.state_dependencies(key, x, counted) + list(rest_deps)
+        with tf.control_dependencies(deps):
+            # Counters first: a step that fails under nonfinite='raise' has
+            # advanced every replica's alike. A step given (prepare_bucket's,
+            # with a schedule) has advanced and scaled x already.
+            if step is None and counted:
+                step = self.advance(key)
+                if self.schedule is not None:
+                    x = x * self.schedule_scale(step, x.dtype)
             if within:
                 x, fits = self.memory.compensate_within(x, key, self.value_limit(x.dtype))
             else:
                 x, fits = self.memory.compensate(x, key), None
-            # Counters first: a step that fails under nonfinite='raise' has
-            # advanced every replica's alike.
-            step = self.advance(key) if counted else None
             seed = self.step_seed(key, step) if seeded else tf.constant(0, tf.int64)
             warmup = self.warmup_plan(step)
             x, nonfinite = self.nonfinite_rule(x, key, fits)
-        return Prepared(key, x, rest, fits, step, seed, warmup, deps, nonfinite)
+        return Prepared(key, x, rest, fits, step, seed, warmup, deps, nonfinite, rest_nonfinite)
 
     def nonfinite_rule(self, x, key, fits=None):
         """The step's non-finite policy, for every communicator: with
@@ -404,13 +481,24 @@ class Exchange(tf.Module):
         """prepare() of a fused bucket's sparse section (its dense section
         travels as it is). counts: (counted, seeded), default counts()."""
         key, sparse_n, dense_n = bucket.key, bucket.sparse_n, bucket.dense_n
+        step, step_deps = None, []
+        if self.schedule is not None and dense_n:  # one step scales both sections
+            step_deps = self.state_dependencies(key, seeded=True)
+            with tf.control_dependencies(step_deps):
+                step = self.advance(key)
+                flat = flat * self.schedule_scale(step, flat.dtype)
         rest = flat[sparse_n:] if sparse_n else flat
+        rest_nonfinite, rest_deps = None, []
+        if dense_n:
+            rest, rest_nonfinite, rest_deps = self.prepare_dense(key, rest)
+        rest_deps = step_deps + rest_deps
         if not sparse_n:
-            return Prepared(key, None, rest, None, None, tf.constant(0, tf.int64), None,
-                            self.state_dependencies(key))
+            return Prepared(key, None, rest, None, step, tf.constant(0, tf.int64), None,
+                            self.state_dependencies(key) + rest_deps, None, rest_nonfinite)
         x = flat[:sparse_n] if dense_n else flat
         counted, seeded = self.counts() if counts is None else counts
-        return self.prepare(key, x, counted, seeded, within, rest)
+        return self.prepare(key, x, counted, seeded, within, rest, rest_nonfinite, rest_deps,
+                            step)
 
     def prepare_batch(self, plan, tensors, counts=None, within=True):
         """Clips a batch, packs it into the plan's buckets and prepares each."""
@@ -425,11 +513,14 @@ class Exchange(tf.Module):
             # reads it (a TF1 graph runs only what the output depends on).
             effects = [prepared.step] if prepared.step is not None else []
             if outcome.sent is not None:
-                keep = [k for k in (prepared.nonfinite, outcome.keep) if k is not None]
-                keep = (None if not keep else keep[0] if len(keep) == 1
-                        else tf.logical_or(*keep))
-                effects.append(self.memory.update_sent(prepared.key, prepared.x, outcome.sent,
-                                                       keep=keep))
+                effects.append(self.memory.update_sent(
+                    prepared.key, prepared.x, outcome.sent,
+                    keep=_any(prepared.nonfinite, outcome.keep)))
+            if prepared.rest is not None:
+                # Either section's NaN/Inf keeps both: the step is one step.
+                effects.append(self.memory.update_dense(
+                    prepared.key, keep=_any(prepared.nonfinite, prepared.rest_nonfinite,
+                                            outcome.keep)))
             effects += self.record(outcome.ctx)
         return [e for e in effects if e is not None]
 
@@ -495,11 +586,19 @@ class Exchange(tf.Module):
         identity = comp.identity(key, tensor.shape)
         x = tf.reshape(tensor, [-1])
         if n < comp.min_size:
-            deps = self.state_dependencies(key)
+            step = None
+            if self.schedule is not None:
+                with tf.control_dependencies(self.state_dependencies(key, seeded=True)):
+                    step = self.advance(key)
+                    x = x * self.schedule_scale(step, x.dtype)
+            x, nonfinite, dense_deps = self.prepare_dense(key, x)
+            deps = self.state_dependencies(key, seeded=step is not None) + dense_deps
             with tf.control_dependencies(deps):
                 payload = comp.dense_payload(x, identity)
                 ctx = comp.context(key, tensor, True, payload)
-                return guarded(payload, *self.record(ctx)), ctx
+                effects = (self.record(ctx) + [self.memory.update_dense(key, keep=nonfinite)]
+                           + ([] if step is None else [step]))
+                return guarded(payload, *[e for e in effects if e is not None]), ctx
         (x,) = self.clip([x])
         prep = self.prepare(key, x, *self.counts())
         with tf.control_dependencies(prep.deps):

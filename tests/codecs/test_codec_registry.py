@@ -453,6 +453,7 @@ def test_flags_derive_from_the_registry():
     (["--value=deflate", "--deflate_level=9"], {"value": "deflate", "deflate_level": 9}),
     (["--index=bloom_cpu"], {"policy": "conflict_sets"}),
     (["--topk_skip_zeros=true"], {"topk_skip_zeros": True}),
+    (["--memory=dgc", "--momentum_masking=false"], {"momentum_masking": False}),
 ])
 def test_codec_flags_become_params(args, expected):
     p = bench_flags.compression_params(_flag_values(args))

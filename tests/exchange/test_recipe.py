@@ -32,9 +32,10 @@ def step(comp, g, name="w"):
     return comp.decompress(payload, ctx).numpy()
 
 
-def test_momentum_correction_with_factor_masking_matches_numpy(rng):
+@pytest.mark.parametrize("masking", [True, False])
+def test_momentum_correction_with_factor_masking_matches_numpy(rng, masking):
     m, k = 0.9, math.ceil(0.01 * N)
-    comp = make(memory="dgc", momentum=m)
+    comp = make(memory="dgc", momentum=m, **({} if masking else {"momentum_masking": False}))
     u = np.zeros(N, np.float32)
     v = np.zeros(N, np.float32)
     for _ in range(6):
@@ -46,12 +47,92 @@ def test_momentum_correction_with_factor_masking_matches_numpy(rng):
         want = np.zeros(N, np.float32)
         want[sel] = v[sel]
         v[sel] = 0.0
-        u[sel] = 0.0  # factor masking
+        if masking:
+            u[sel] = 0.0  # factor masking
         np.testing.assert_array_equal(np.flatnonzero(got), sel)
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(comp.memory.residual("w").numpy(), v, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(comp.memory.velocity("w", tf.constant(g)).numpy(), u,
                                rtol=1e-5, atol=1e-6)
+
+
+def test_momentum_correction_gives_the_small_tensors_momentum_sgd(rng):
+    """The tensors below min_size travel dense in the bucket's dense section;
+    with memory='dgc' (the optimizer then has no momentum) they send their
+    velocity u <- m u + g: momentum SGD, as numpy's. A step holding NaN
+    leaves it as it was; the single-tensor path does the same."""
+    m = 0.9
+    comp = make(memory="dgc", momentum=m)  # min_size 16
+    u_small, u_solo = np.zeros(10, np.float32), np.zeros(7, np.float32)
+    for t in range(5):
+        big = rng.standard_normal(N).astype(np.float32)
+        small = rng.standard_normal(10).astype(np.float32)
+        solo = rng.standard_normal(7).astype(np.float32)
+        if t == 3:
+            small[4] = np.nan
+        payload, ctx = comp.compress_batch([tf.constant(big), tf.constant(small)],
+                                           names=["big", "small"])
+        got = comp.decompress_batch(payload, ctx)[1].numpy()
+        want = np.float32(m) * u_small + small
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6, err_msg=f"step {t}")
+        if t != 3:  # the NaN step sends its sum and keeps the velocity
+            u_small = want
+        got_solo = step(comp, solo, name="solo")
+        u_solo = np.float32(m) * u_solo + solo
+        np.testing.assert_allclose(got_solo, u_solo, rtol=1e-6, atol=1e-6)
+    (key,) = [k for k in comp.memory.dense_velocities if "solo" not in k]
+    np.testing.assert_allclose(comp.memory.dense_velocities[key].numpy(), u_small, rtol=1e-6)
+    # Residual memory leaves the dense section as it is (no momentum of its own).
+    plain = make(memory="residual")
+    payload, ctx = plain.compress_batch([tf.constant(big), tf.constant(small)],
+                                        names=["big", "small"])
+    np.testing.assert_array_equal(plain.decompress_batch(payload, ctx)[1].numpy(), small)
+
+
+@pytest.mark.parametrize("memory", ["residual", "dgc"])
+def test_schedule_scales_each_step_before_error_feedback(rng, memory):
+    """schedule='cosine': step t's gradients, the small tensors' too, are
+    scaled by (1 + cos(pi min(t-1, T) / T)) / 2 before error feedback (the
+    residual holds learning-rate-scaled steps), against numpy; the factor
+    stays 0 past T."""
+    m, T, k = 0.9, 4, math.ceil(0.01 * N)
+    comp = make(memory=memory, momentum=m, schedule="cosine", schedule_steps=T) \
+        if memory == "dgc" else make(memory=memory, schedule="cosine", schedule_steps=T)
+    v, u = np.zeros(N, np.float32), np.zeros(N, np.float32)
+    u_small = np.zeros(10, np.float32)
+    for t in range(1, T + 3):
+        scale = np.float32(0.5 * (1.0 + math.cos(math.pi * min(t - 1, T) / T)))
+        big = rng.standard_normal(N).astype(np.float32)
+        small = rng.standard_normal(10).astype(np.float32)
+        solo = rng.standard_normal(7).astype(np.float32)
+        payload, ctx = comp.compress_batch([tf.constant(big), tf.constant(small)],
+                                           names=["big", "small"])
+        got_big, got_small = [x.numpy() for x in comp.decompress_batch(payload, ctx)]
+        if memory == "dgc":
+            u = np.float32(m) * u + scale * big
+            v = v + u
+            u_small = np.float32(m) * u_small + scale * small
+            want_small = u_small
+        else:
+            v = v + scale * big
+            want_small = scale * small
+        sel = topk_ref(v, k)
+        want = np.zeros(N, np.float32)
+        want[sel] = v[sel]
+        v[sel] = 0.0
+        if memory == "dgc":
+            u[sel] = 0.0
+        np.testing.assert_allclose(got_big, want, rtol=1e-5, atol=1e-6, err_msg=f"step {t}")
+        np.testing.assert_allclose(got_small, want_small, rtol=1e-5, atol=1e-6)
+        got_solo = step(comp, solo, name="solo")  # one small tensor: its own counter
+        if memory == "residual":
+            np.testing.assert_allclose(got_solo, scale * solo, rtol=1e-6, atol=1e-7)
+        if t > T and memory == "residual":  # the schedule ended at 0: the residual drains
+            assert not got_small.any() and not got_solo.any() and got_big.any()
+    np.testing.assert_allclose(comp.memory.residual("big").numpy()
+                               if "big" in comp.memory.residuals else
+                               next(iter(comp.memory.residuals.values())).numpy(), v,
+                               rtol=1e-5, atol=1e-5)
 
 
 def test_dense_warmup_steps_are_momentum_sgd_then_topk(rng):
@@ -114,6 +195,13 @@ def test_local_clipping_scales_the_batch_to_the_global_norm(rng):
     ({"clip_norm": 0}, "clip_norm must be a finite number > 0"),
     ({"clip_norm": "big"}, "clip_norm must be a finite number > 0"),
     ({"memory": "dgc", "momentum": 1.0}, r"momentum must lie in \[0, 1\)"),
+    ({"memory": "dgc", "momentum_masking": "no"}, "momentum_masking"),
+    ({"schedule": "cosine"}, "needs schedule_steps"),
+    ({"schedule": "cosine", "schedule_steps": 0}, "needs schedule_steps"),
+    ({"schedule_steps": 10}, "without a schedule"),
+    ({"schedule": "linear", "schedule_steps": 10}, "schedule must be one of none, cosine"),
+    ({"schedule": "cosine", "schedule_steps": 10, "memory": "none"},
+     "keep the schedule in the optimizer"),
     ({"compressor": "randomk", "communicator": "allreduce", "warmup_steps": 2},
      "warm-up is implemented by the all-gather exchange only"),
 ])
@@ -147,6 +235,40 @@ def test_bench_flags_move_the_momentum_into_the_compressor():
     assert float(opt.momentum) == 0.0  # not applied twice
     plain = runner.make_optimizer(_resolve(["--data_name=synthetic"]), 100)
     assert float(plain.momentum) == 0.9
+
+
+def test_bench_flag_momentum_masking_reaches_the_memory():
+    config = _resolve(["--memory=dgc", "--momentum_masking=false", "--data_name=synthetic"])
+    assert config.params["momentum_masking"] is False
+    mem = dr.from_params(dict(config.params, compressor="topk")).memory
+    assert mem.masking is False and mem.config() == {"momentum": 0.9, "momentum_masking": False}
+    default = _resolve(["--memory=dgc", "--data_name=synthetic"])
+    assert "momentum_masking" not in default.params
+    assert dr.from_params(dict(default.params, compressor="topk")).memory.masking is True
+
+
+def test_bench_flag_schedule_moves_the_learning_rate_schedule_into_the_exchange():
+    import keras
+
+    from deepreduce_bench import runner
+
+    config = _resolve(["--memory=dgc", "--schedule=cosine", "--num_batches=50",
+                       "--lr_schedule=cosine", "--data_name=synthetic"])
+    assert config.params["schedule"] == "cosine"
+    assert config.params["schedule_steps"] == 52  # the run's steps, its 2 warm-up batches too
+    opt = runner.make_optimizer(config, 52)
+    assert float(opt.learning_rate) == pytest.approx(config.init_learning_rate)  # not twice
+    assert not isinstance(opt._learning_rate, keras.optimizers.schedules.LearningRateSchedule)
+    compare = _resolve(["--compare=flags", "--memory=dgc", "--schedule=cosine",
+                        "--data_name=synthetic"])
+    assert compare.params["schedule_steps"] == 602
+    given = _resolve(["--memory=dgc", "--schedule=cosine", "--schedule_steps=7",
+                      "--data_name=synthetic"])
+    assert given.params["schedule_steps"] == 7
+    from deepreduce_bench import flags as bench_flags
+    with pytest.raises(bench_flags.ConfigError, match="--num_epochs needs --schedule_steps"):
+        _resolve(["--memory=dgc", "--schedule=cosine", "--num_epochs=1",
+                  "--data_name=synthetic"])
 
 
 def test_bench_flags_refuse_dgc_with_adam():
@@ -185,14 +307,17 @@ def test_compensate_within_is_compensate_and_the_range_check(rng, name, kwargs):
                                          tf.constant(x.numpy()[positions])))
 
 
-def test_whole_bucket_topk_with_dgc_warmup_and_small_tensors_matches_numpy(rng):
+@pytest.mark.parametrize("masking", [True, False])
+def test_whole_bucket_topk_with_dgc_warmup_and_small_tensors_matches_numpy(rng, masking):
     """max_reduction's recipe (deepreduce-bench --compare=max_reduction): one
     top-k over the whole bucket, the small tensors in it (min_size 1), DGC's
-    momentum correction with factor masking and its exponential warm-up of
-    the density, against numpy over the concatenated tensors."""
+    momentum correction with factor masking (or without: momentum_masking
+    False) and its exponential warm-up of the density, against numpy over
+    the concatenated tensors."""
     m, ratio, warm = 0.9, 0.003, 3
     comp = make(memory="dgc", momentum=m, compress_ratio=ratio, topk_scope="bucket",
-                min_size=1, warmup_steps=warm, warmup="exponential")
+                min_size=1, warmup_steps=warm, warmup="exponential",
+                **({} if masking else {"momentum_masking": False}))
     sizes = [3000, 10, 990]  # a bias-sized tensor between two large ones
     n = sum(sizes)
     u = np.zeros(n, np.float32)
@@ -213,7 +338,8 @@ def test_whole_bucket_topk_with_dgc_warmup_and_small_tensors_matches_numpy(rng):
         want = np.zeros(n, np.float32)
         want[sel] = v[sel]
         v[sel] = 0.0
-        u[sel] = 0.0
+        if masking:
+            u[sel] = 0.0
         np.testing.assert_array_equal(np.flatnonzero(got), sel, err_msg=f"step {t}")
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
         assert np.count_nonzero(got[3000:3010]) > 0  # the small tensor is in the selection

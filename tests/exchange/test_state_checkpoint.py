@@ -87,6 +87,9 @@ METHODS = {"golomb_qsgd": PARAMS, "powersgd": POWERSGD,
            "lgc_ps": dict(LGC, communicator="lgc_ps"),
            "lgc_rar": dict(LGC, communicator="lgc_rar"),
            "dgc": dict(PARAMS, memory="dgc"),
+           # The schedule's factor follows the step counters: restored, the
+           # resumed steps are scaled as the uninterrupted ones.
+           "dgc_schedule": dict(PARAMS, memory="dgc", schedule="cosine", schedule_steps=6),
            "randomk_allreduce": {"compressor": "randomk", "compress_ratio": 0.1,
                                  "memory": "residual", "communicator": "allreduce"}}
 

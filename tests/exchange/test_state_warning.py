@@ -76,7 +76,7 @@ def test_what_each_part_declares():
 
     decl = dr.from_params(dict(STATEFUL, memory="dgc")).state_declaration()
     assert [(o, v.name) for o, v in decl] == [("memory", "residual"), ("memory", "velocity"),
-                                              ("ledger", "bytes")]
+                                              ("memory", "dense_velocity"), ("ledger", "bytes")]
     decl = dr.from_params({"compressor": "randomk", "compress_ratio": 0.1,
                            "memory": "none"}).state_declaration()
     assert [(o, v.name) for o, v in decl] == [("exchange", "step"), ("ledger", "bytes")]
