@@ -180,13 +180,11 @@ def _define_general_flags(fv):
                        "Local gradient clipping: each worker scales its gradients to this "
                        "global L2 norm at most, before error feedback (DGC).", flag_values=fv)
     flags.DEFINE_string("schedule", None,
-                        "none | cosine: the learning-rate schedule applied by the exchange to "
-                        "each step's gradients before error feedback, so that the residual "
-                        "holds steps at the learning rate that made them; the optimizer then "
-                        "runs at its initial learning rate, constant.", flag_values=fv)
-    flags.DEFINE_integer("schedule_steps", None,
-                         "Steps the --schedule spans (deepreduce-bench: the run's steps by "
-                         "default).", flag_values=fv)
+                        "none | cosine: the learning-rate schedule, applied by the exchange "
+                        "before error feedback (the optimizer's rate then constant).",
+                        flag_values=fv)
+    flags.DEFINE_integer("schedule_steps", None, "Steps the --schedule spans (default: the run's).",
+                         flag_values=fv)
     flags.DEFINE_boolean("hierarchical", None,
                          "MultiWorkerMirroredStrategy with several devices per worker: sum the "
                          "local replicas, compress once per worker (default on; "

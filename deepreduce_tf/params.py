@@ -116,8 +116,7 @@ TOPK_SCOPE = codecs.Param(
     help="topk / randomk: select per variable or over a whole fusion bucket")
 MOMENTUM_MASKING = codecs.Param(
     "momentum_masking", bool, True,
-    help="memory dgc: zero the velocity where a value was sent (DGC's factor masking); "
-         "False keeps it (the values sent add up to momentum SGD's steps)")
+    help="memory dgc: zero the velocity where a value was sent (DGC's factor masking)")
 TOPK_SKIP_ZEROS = codecs.Param(
     "topk_skip_zeros", bool, False,
     help="topk: never select a zero (k = min(ceil(ratio * n), non-zeros))")
