@@ -29,13 +29,14 @@ PRESETS = collections.OrderedDict((p.name, p) for p in (
            _TOPK[:-1] + ("--memory=dgc", "--warmup_steps=60", "--warmup=exponential",
                          "--deepreduce=both", "--index=golomb", "--value=qsgd", "--bits=7")),
     Preset("max_reduction", "the largest reduction at dense accuracy on the main job "
-           "(docs/benchmarks.md): one top-k of 0.3 % over the whole bucket, the small tensors "
-           "(biases, batch-norm) in it, DGC's recipe with its 60-step exponential warm-up, golomb "
+           "(docs/benchmarks.md): one top-k of 0.25 % over the whole bucket, the small tensors "
+           "(biases, batch-norm) in it, DGC's recipe with its 60-step exponential warm-up, the "
+           "learning-rate schedule applied before error feedback (--schedule=cosine), golomb "
            "indices, QSGD 7-bit values",
-           ("--exchange=deepreduce", "--compressor=topk", "--compress_ratio=0.003",
+           ("--exchange=deepreduce", "--compressor=topk", "--compress_ratio=0.0025",
             "--topk_scope=bucket", "--min_size=1", "--memory=dgc", "--warmup_steps=60",
-            "--warmup=exponential", "--deepreduce=both", "--index=golomb", "--value=qsgd",
-            "--bits=7")),
+            "--warmup=exponential", "--schedule=cosine", "--deepreduce=both", "--index=golomb",
+            "--value=qsgd", "--bits=7")),
     Preset("bloom_polyfit", "DeepReduce's paper setting: top-k 1 % + residual, Bloom filter "
            "indices (fpr 0.001, conflict_sets policy) + polyfit values",
            _TOPK + ("--deepreduce=both", "--index=bloom", "--fpr=0.001",
