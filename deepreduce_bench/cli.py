@@ -51,8 +51,8 @@ HELP_GROUPS = (
         "plot", "plot_compare", "verbose")),
     ("gradient exchange and compression (DeepReduce)", (
         "compare", "exchange", "compressor", "compress_ratio", "threshold", "topk_scope",
-        "topk_skip_zeros", "memory", "momentum_masking", "warmup_steps", "warmup", "clip_norm", "schedule", "schedule_steps", "hierarchical",
-        "communicator",
+        "topk_skip_zeros", "memory", "momentum_masking", "warmup_steps", "warmup", "clip_norm",
+        "schedule", "schedule_steps", "hierarchical", "communicator",
         "bucket_cap_mb", "deepreduce", "index", "value", "min_size", "codec_repeats")),
 )
 CODEC_HELP_TITLE = "codec and communicator parameters, defaults (docs/cli.md#codec-parameters)"

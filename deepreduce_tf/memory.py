@@ -190,18 +190,24 @@ class ResidualMemory(Memory):
         return self._store(key, compensated, sent.residual, keep)
 
     def _store(self, key, compensated, new_residual, keep):
-        r = self.residual(key, like=compensated)
-        if keep is None:
-            return r.assign(new_residual())
+        return _store_unless_kept(self.residual(key, like=compensated), key, new_residual, keep)
 
-        def kept():
-            # A residual that is not finite (restored from an old run, say)
-            # would make every later step dense: reset it, and say so.
-            old = r.read_value()
-            return tf.cond(tf.reduce_all(tf.math.is_finite(old)), lambda: old,
-                           lambda: _reset(key, old))
 
-        return r.assign(tf.cond(keep, kept, new_residual))
+def _store_unless_kept(var, key, new_value, keep, what="residual",
+                       lost="the error feedback of earlier steps", read_value=True):
+    """var <- new_value(), or, where keep (a bool scalar, None: never) is
+    True, var as it was; a kept value that is not finite (restored from an
+    old run, say) would poison every later step: it is reset, with a
+    warning."""
+    if keep is None:
+        return var.assign(new_value(), read_value=read_value)
+
+    def kept():
+        old = var.read_value()
+        return tf.cond(tf.reduce_all(tf.math.is_finite(old)), lambda: old,
+                       lambda: _reset(key, old, what, lost))
+
+    return var.assign(tf.cond(keep, kept, new_value), read_value=read_value)
 
 
 def _reset(key, residual, what="residual", lost="the error feedback of earlier steps"):
@@ -299,17 +305,8 @@ class MomentumCorrectionMemory(ResidualMemory):
         u_new = self._new_dense_velocity.pop(key, None)
         if u_new is None:
             return None
-        u = self.dense_velocity(key, u_new)
-        if keep is None:
-            return u.assign(u_new, read_value=False)
-
-        def kept():  # as the residual's: a velocity that is not finite is reset
-            old = u.read_value()
-            return tf.cond(tf.reduce_all(tf.math.is_finite(old)), lambda: old,
-                           lambda: _reset(key, old, "dense section's velocity",
-                                          "its momentum"))
-
-        return u.assign(tf.cond(keep, kept, lambda: u_new), read_value=False)
+        return _store_unless_kept(self.dense_velocity(key, u_new), key, lambda: u_new, keep,
+                                  "dense section's velocity", "its momentum", read_value=False)
 
     def state_variables(self, key, like):
         return [self.residual(key, like=like), self.velocity(key, like)]

@@ -97,7 +97,8 @@ DEFAULT_CODECS = {"index": "bloom", "value": "polyfit"}
 # (index, value and codec parameters) come from the codec registry.
 GENERAL_KEYS = ("compressor", "compress_ratio", "threshold", "topk_scope", "topk_skip_zeros",
                 "memory", "beta",
-                "gamma", "momentum", "momentum_masking", "communicator", "bucket_cap_mb", "deepreduce", "index",
+                "gamma", "momentum", "momentum_masking", "communicator", "bucket_cap_mb",
+                "deepreduce", "index",
                 "value", "min_size", "nonfinite", "warmup_steps", "warmup", "clip_norm",
                 "hierarchical", "schedule", "schedule_steps")
 GENERAL_KEY_ALIASES = {"threshold_val": "threshold"}
@@ -353,7 +354,8 @@ def from_params(params, variable_factory=None, communicator=None):
     exchange = Exchange(compressor, mem, communicator, variable_factory=variable_factory,
                         warmup_steps=get("warmup_steps", 0), warmup=get("warmup", "dense"),
                         clip_norm=get("clip_norm", None),
-                        schedule=get("schedule", None), schedule_steps=get("schedule_steps", None),
+                        schedule=get("schedule", None),
+                        schedule_steps=get("schedule_steps", None),
                         hierarchical=HIERARCHICAL.validate(get(HIERARCHICAL.key,
                                                                HIERARCHICAL.default)),
                         params=params)

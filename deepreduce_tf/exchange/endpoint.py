@@ -373,6 +373,16 @@ class Exchange(tf.Module):
         frac = tf.cast(tf.minimum(step - 1, steps), tf.float64) / float(self.schedule_steps)
         return tf.cast(0.5 * (1.0 + tf.cos(math.pi * frac)), dtype)
 
+    def scheduled(self, key, x):
+        """(x, step, deps): with a schedule, advances the key's step counter
+        and scales x by the step's factor (else x, None, [])."""
+        if self.schedule is None:
+            return x, None, []
+        deps = self.state_dependencies(key, seeded=True)
+        with tf.control_dependencies(deps):
+            step = self.advance(key)
+            return x * self.schedule_scale(step, x.dtype), step, deps
+
     def clip(self, tensors):
         """Local clipping: tensors scaled so that their global L2 norm is at
         most clip_norm (unchanged when it is already)."""
@@ -448,10 +458,10 @@ class Exchange(tf.Module):
             # Counters first: a step that fails under nonfinite='raise' has
             # advanced every replica's alike. A step given (prepare_bucket's,
             # with a schedule) has advanced and scaled x already.
-            if step is None and counted:
+            if step is None and self.schedule is not None:
+                x, step, _ = self.scheduled(key, x)
+            elif step is None and counted:
                 step = self.advance(key)
-                if self.schedule is not None:
-                    x = x * self.schedule_scale(step, x.dtype)
             if within:
                 x, fits = self.memory.compensate_within(x, key, self.value_limit(x.dtype))
             else:
@@ -482,11 +492,8 @@ class Exchange(tf.Module):
         travels as it is). counts: (counted, seeded), default counts()."""
         key, sparse_n, dense_n = bucket.key, bucket.sparse_n, bucket.dense_n
         step, step_deps = None, []
-        if self.schedule is not None and dense_n:  # one step scales both sections
-            step_deps = self.state_dependencies(key, seeded=True)
-            with tf.control_dependencies(step_deps):
-                step = self.advance(key)
-                flat = flat * self.schedule_scale(step, flat.dtype)
+        if dense_n:  # one step scales both sections
+            flat, step, step_deps = self.scheduled(key, flat)
         rest = flat[sparse_n:] if sparse_n else flat
         rest_nonfinite, rest_deps = None, []
         if dense_n:
@@ -586,11 +593,7 @@ class Exchange(tf.Module):
         identity = comp.identity(key, tensor.shape)
         x = tf.reshape(tensor, [-1])
         if n < comp.min_size:
-            step = None
-            if self.schedule is not None:
-                with tf.control_dependencies(self.state_dependencies(key, seeded=True)):
-                    step = self.advance(key)
-                    x = x * self.schedule_scale(step, x.dtype)
+            x, step, _ = self.scheduled(key, x)
             x, nonfinite, dense_deps = self.prepare_dense(key, x)
             deps = self.state_dependencies(key, seeded=step is not None) + dense_deps
             with tf.control_dependencies(deps):
