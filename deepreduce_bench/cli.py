@@ -28,7 +28,7 @@ from absl import flags as absl_flags
 from absl import logging as absl_logging
 
 import deepreduce_tf
-from deepreduce_bench import compare, data, movielens, report, runner
+from deepreduce_bench import compare, data, movielens, report, runner, seeds
 from deepreduce_bench import flags as bench_flags
 
 FLAGS = absl_flags.FLAGS
@@ -50,7 +50,7 @@ HELP_GROUPS = (
         "eval", "num_eval_examples", "eval_every", "display_every", "train_dir", "output_json",
         "plot", "plot_compare", "verbose")),
     ("gradient exchange and compression (DeepReduce)", (
-        "compare", "exchange", "compressor", "compress_ratio", "threshold", "topk_scope",
+        "compare", "seeds", "exchange", "compressor", "compress_ratio", "threshold", "topk_scope",
         "topk_skip_zeros", "memory", "momentum_masking", "warmup_steps", "warmup", "clip_norm",
         "schedule", "schedule_steps", "hierarchical", "communicator",
         "bucket_cap_mb", "deepreduce", "index", "value", "min_size", "codec_repeats")),
@@ -295,7 +295,10 @@ def _bench(argv):
 def _compare(config):
     """--compare (or the default comparison): one process per configuration."""
     try:
-        compare.run_comparison(config, FLAGS)
+        if config.seeds:
+            seeds.run_seeds(config, FLAGS)
+        else:
+            compare.run_comparison(config, FLAGS)
     except compare.CompareError as e:
         return _error(e)
     except KeyboardInterrupt:

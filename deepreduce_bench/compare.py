@@ -35,7 +35,7 @@ from deepreduce_bench.runner import CHILD_BOOTSTRAP
 # Flags the parent sets for every child itself (or that only the parent reads).
 _PARENT_FLAGS = ("compare", "output_json", "train_dir", "plot", "plot_compare", "fetch_data",
                  "eval", "eval_every", "num_batches", "num_epochs", "data_name", "seed",
-                 "lr_schedule")
+                 "lr_schedule", "seeds", "num_eval_examples")
 
 
 class CompareError(RuntimeError):
@@ -63,7 +63,8 @@ def shared_args(config, fv):
     drop = bench_flags.compression_flag_names() + _PARENT_FLAGS
     args = bench_flags.serialize(fv, drop=drop)
     args += [f"--data_name={config.data_name}", f"--seed={config.seed}", "--eval",
-             f"--lr_schedule={config.lr_schedule}"]
+             f"--lr_schedule={config.lr_schedule}",
+             f"--num_eval_examples={config.num_eval_examples}"]
     if config.num_epochs is not None:
         args.append(f"--num_epochs={config.num_epochs}")
     else:

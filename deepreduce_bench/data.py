@@ -48,6 +48,8 @@ DOWNLOAD_TIMEOUT_S = 60
 CLASS_NAMES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt",
                "Sneaker", "Bag", "Ankle boot")
 NUM_CLASSES = 10
+# The training images of --data_name=synthetic (the image models).
+SYNTHETIC_TRAIN_IMAGES = 10000
 _FILES = {
     "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
     "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
@@ -300,6 +302,17 @@ def synthetic_fashion_mnist(num_examples, seed=0):
     images = templates[labels] * rng.uniform(0.5, 1.0, size=(num_examples, 1, 1))
     images += rng.normal(0.0, 0.15, size=images.shape)
     return np.clip(images * 255.0, 0, 255).astype(np.uint8), labels
+
+
+def train_examples(data_name, data_dir=None):
+    """The number of training images of an image data set (None: the files
+    are not here); reads the labels file only."""
+    if data_name == "synthetic":
+        return SYNTHETIC_TRAIN_IMAGES
+    directory = find_fashion_mnist(data_dir)
+    if directory is None:
+        return None
+    return int(read_idx(_find_file(directory, _FILES["train"][1])).shape[0])
 
 
 def load_fashion_mnist(split="train", data_dir=None, limit=None, allow_synthetic=True,

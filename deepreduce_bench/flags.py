@@ -30,13 +30,14 @@ covers every other flag (the command line checks them before TensorFlow
 loads). The codec registry and from_params do import it.
 """
 import collections
+import math
 import os
 import warnings
 
 from absl import flags
 
 import deepreduce_tf
-from deepreduce_bench import data, movielens, presets
+from deepreduce_bench import claims, data, movielens, presets
 from deepreduce_tf import flags as dr_flags
 from deepreduce_tf.flags import ConfigError, compression_params  # noqa: F401 (this module's API)
 
@@ -77,8 +78,8 @@ RunConfig = collections.namedtuple("RunConfig", [
     "image_size", "variable_update", "num_gpus", "num_workers", "worker_hosts", "task_index",
     "train_dir", "output_json", "eval", "num_eval_examples", "display_every", "seed",
     "codec_repeats", "worker_timeout", "plot", "plot_compare", "params", "flags",
-    "compare", "exchange", "eval_every", "lr_schedule"],
-    defaults=((), "deepreduce", None, "constant"))
+    "compare", "exchange", "eval_every", "lr_schedule", "seeds"],
+    defaults=((), "deepreduce", None, "constant", ()))
 RunConfig.__doc__ = """Everything a run needs, resolved from the flags.
 
 model, data_name: canonical names; batch_size: per replica; num_batches:
@@ -87,7 +88,8 @@ timed steps (after num_warmup_batches); worker_hosts: list of "host:port"
 every deepreduce-bench flag, for the JSON record. compare: the presets of a
 comparison (empty: one run); exchange: "deepreduce" or "tf"; eval_every:
 steps between test evaluations (None: about EVAL_POINTS per run, 0: only at
-the end); display_every: None picks it from the step count (runner)."""
+the end); display_every: None picks it from the step count (runner); seeds:
+the seeds of a comparison repeated over seeds (--seeds; empty: --seed alone)."""
 
 
 def define_flags(flag_values=flags.FLAGS, codecs=True):
@@ -217,6 +219,12 @@ def _define_general_flags(fv):
                       f"{','.join(presets.default_presets('momentum'))} "
                       f"({','.join(presets.default_presets('adam'))} without momentum SGD) "
                       "when no compression flag is given.", flag_values=fv)
+    flags.DEFINE_string("seeds", None,
+                        "Repeat the comparison on several seeds: a count (N seeds from --seed) "
+                        "or seeds and ranges (21-25, 3,7). Adds uncompressed as the baseline, "
+                        "evaluates on the whole test split, prints the paired differences and "
+                        "whether each configuration holds (docs/benchmarks.md); started again, "
+                        "it continues where it stopped.", flag_values=fv)
     flags.DEFINE_string("exchange", "deepreduce",
                         "deepreduce: DeepReduce's cross-device ops, compressed as the flags "
                         "say; tf: TensorFlow's own dense all-reduce, no compression flags (the "
@@ -383,15 +391,13 @@ def resolve(fv=flags.FLAGS):
     exchange = _choice("exchange", fv.exchange, EXCHANGES)
     lr_schedule = _choice("lr_schedule", fv.lr_schedule or "constant", LR_SCHEDULES)
     params = compression_params(fv) if exchange == "deepreduce" else tf_exchange_params(fv)
+    seeds = _resolve_seeds(fv, compare_names)
+    if seeds and "uncompressed" not in compare_names:
+        compare_names = ("uncompressed",) + compare_names  # the paired baseline
     if params.get("schedule") not in (None, "none", "constant") and "schedule_steps" not in params:
         # The exchange's schedule spans the run, as the optimizer's would.
-        steps = fv.num_batches
-        if steps is None and fv.num_epochs is None:
-            steps = COMPARE_STEPS if compare_names else 100
-        if steps is None:
-            _fail(f"--schedule={params['schedule']} with --num_epochs needs --schedule_steps "
-                  "(the run's steps), or give --num_batches")
-        params["schedule_steps"] = fv.num_warmup_batches + steps
+        params["schedule_steps"] = fv.num_warmup_batches + run_steps(
+            fv, model, data_name, compare_names, hosts, num_gpus)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -419,7 +425,13 @@ def resolve(fv=flags.FLAGS):
         seed=fv.seed, codec_repeats=fv.codec_repeats, worker_timeout=fv.worker_timeout,
         plot=fv.plot, plot_compare=list(fv.plot_compare), params=params, flags=flag_dict(fv),
         compare=compare_names, exchange=exchange, eval_every=fv.eval_every,
-        lr_schedule=lr_schedule)
+        lr_schedule=lr_schedule, seeds=seeds)
+    if seeds:
+        # A claim is made on the whole test split, evaluated once at the end
+        # (docs/benchmarks.md), unless the command line says otherwise.
+        config = config._replace(
+            num_eval_examples=fv.num_eval_examples if fv["num_eval_examples"].present else 0,
+            eval_every=fv.eval_every if fv["eval_every"].present else 0)
     if fv.eval_every and not fv.eval:
         config = config._replace(eval=True)  # evaluating every N steps is evaluating
     if compare_names:
@@ -428,6 +440,41 @@ def resolve(fv=flags.FLAGS):
                        ("plot", config.plot)):
         check_output_path(flag, path)
     return config
+
+
+def _resolve_seeds(fv, compare_names):
+    """The seeds of --seeds (a tuple; () without it)."""
+    if fv.seeds is None:
+        return ()
+    try:
+        seeds = claims.parse_seeds(fv.seeds, first=fv.seed)
+    except claims.SeedsError as e:
+        _fail(str(e))
+    if not compare_names:
+        _fail("--seeds repeats a comparison over seeds: name the configurations with "
+              "--compare (e.g. --compare=uncompressed,flags with these compression flags)")
+    if fv["seed"].present and not fv.seeds.strip().isdigit():
+        _fail(f"--seed={fv.seed} and --seeds={fv.seeds}: the list names the seeds; give one "
+              "of them (--seed is the first seed of a count, --seeds=5)")
+    return seeds
+
+
+def run_steps(fv, model, data_name, compare_names=(), hosts=(), num_gpus=1):
+    """The timed steps of a run of these flags: --num_batches, or --num_epochs
+    passes over the training split at the global batch (as runner computes
+    them), or the default (COMPARE_STEPS in a comparison, else 100)."""
+    if fv.num_epochs is None:
+        if fv.num_batches is not None:
+            return fv.num_batches
+        return COMPARE_STEPS if compare_names else 100
+    examples = data.train_examples(data_name, fv.data_dir) if model != "ncf" else None
+    if examples is None:
+        _fail(f"--num_epochs={fv.num_epochs:g}: the run's steps depend on data that are not "
+              "here yet (fetch them first), or give --schedule_steps (the run's steps) or "
+              "--num_batches")
+    workers = fv.num_workers if fv.num_workers > 1 else max(1, len(hosts))
+    global_batch = (fv.batch_size or MODEL_DEFAULTS[model][0]) * num_gpus * workers
+    return max(1, math.ceil(fv.num_epochs * examples / global_batch))
 
 
 def check_output_path(flag, path):

@@ -25,7 +25,7 @@ from deepreduce_bench import data as data_lib
 from deepreduce_bench import models, movielens
 
 NUM_CLASSES = data_lib.NUM_CLASSES
-SYNTHETIC_TRAIN_IMAGES = 10000
+SYNTHETIC_TRAIN_IMAGES = data_lib.SYNTHETIC_TRAIN_IMAGES
 SYNTHETIC_TEST_IMAGES = 2000
 EVAL_CACHE_BYTES = 256 * 2 ** 20  # converted test images kept between evaluations
 

@@ -50,7 +50,7 @@ import os
 # What the project measured of each configuration (accuracy, steps to the
 # target), which the predictions read.
 from deepreduce_tf.scaling_measured import (  # noqa: F401  (re-exported)
-    ACCURACY_NOTES, ACCURACY_SOURCE, NCF_ACCURACY, RESNET20_ACCURACY, RESNET20_STEPS_RATIO)
+    RESNET20_STEPS_RATIO, accuracy_figure, accuracy_table)
 
 # Tensors with fewer elements travel dense in the bucket's dense section
 # (the compressor's min_size default, deepreduce_tf/compressor.py).
@@ -132,12 +132,18 @@ class ModelSpec:
     parameters: int = 0
     measured_bytes: dict = dataclasses.field(default_factory=dict)
     steps_ratio: dict = dataclasses.field(default_factory=dict)
-    # config -> measured accuracy against uncompressed, points (RESNET20_ACCURACY)
-    accuracy: dict = dataclasses.field(default_factory=lambda: dict(RESNET20_ACCURACY))
-    accuracy_source: str = ACCURACY_SOURCE
+    # the model of the accuracy table (profiles/accuracy.json) whose figures
+    # speak for this one: ResNet-20 is the project's only measured dense model
+    accuracy_model: str = "resnet20"
+    accuracy_source: str = ("ResNet-20 / Fashion-MNIST (the project's "
+                            "accuracy table, benchmarks/results/accuracy.json)")
     tf_exchange: str = "allreduce"   # or "allgather" (IndexedSlices)
     recommended: str = "golomb_qsgd_dgc"
     note: str = ""
+
+    def accuracy(self, config, workers=2):
+        """accuracy_figure() of `config` for this model's measured stand-in."""
+        return accuracy_figure(self.accuracy_model, config, workers)
 
     @property
     def elements(self):
@@ -171,9 +177,9 @@ MODELS = {
         name="ncf", shapes=None, parameters=0, tf_exchange="allgather",
         recommended="golomb_qsgd",
         measured_bytes={"uncompressed": 97060, "topk": 77178, "golomb_qsgd": 21444},
-        accuracy=dict(NCF_ACCURACY),
-        accuracy_source="HR@10 points, measured on NCF / MovieLens-100K, 2 workers, one seed "
-                        "(docs/benchmarks.md)",
+        accuracy_model="ncf",
+        accuracy_source="HR@10 points, NCF / MovieLens-100K (the project's accuracy table, "
+                        "benchmarks/results/accuracy.json)",
         note="NCF (NeuMF) on MovieLens-100K, batch 256 per worker"),
 }
 

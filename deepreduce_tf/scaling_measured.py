@@ -3,27 +3,68 @@
 against uncompressed, steps to the target, and the notes printed beside
 the predictions. Plain data, standard library only.
 """
+import functools
+import json
+import os
 
-# The measured test accuracy of each configuration against uncompressed, in
-# points, on the same seeds and steps: the figure deepreduce-scaling's
-# tolerance reads (measured figures only; a configuration without one is
-# shown apart, as unverified). ResNet-20 on Fashion-MNIST, 2 workers, 600
-# steps, mean of the seeds (the fresh seeds' where a choice was confirmed:
-# powersgd_r4, sparse_allreduce); the project's only measurements of dense
-# models, so also the evidence for ResNet-50, GPT and a user's shapes.
-RESNET20_ACCURACY = {
-    "golomb_qsgd_dgc": 0.38, "golomb_qsgd": -1.90, "topk": -0.95, "powersgd_r1": -6.45,
-    "powersgd_r2": -3.07, "powersgd_r4": -1.27, "lgc_rar": -4.2,
-    "sparse_allreduce": 0.30,
-    # 0.25 % with the schedule in the exchange, fresh seeds 21-25, whole test
-    # split (worst seed -0.34; choosing seeds 0-2 +0.05)
-    "max_reduction": -0.04,
-}
-# NCF: HR@10 points, one seed (docs/benchmarks.md, link_tta_ncf.json).
-NCF_ACCURACY = {"golomb_qsgd": -0.10, "topk": -0.53}
-ACCURACY_SOURCE = ("measured on ResNet-20 / Fashion-MNIST, 2 workers, 600 steps "
-                   "(docs/benchmarks.md, docs/powersgd.md, docs/lgc.md, "
-                   "docs/sparse_allreduce.md)")
+
+# The measured test accuracy of each configuration against uncompressed comes
+# from the project's one accuracy table (benchmarks/results/accuracy.json,
+# written by benchmarks/accuracy_table.py from the runs; installed as
+# profiles/accuracy.json): no accuracy figure is written here by hand.
+ACCURACY_TABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "profiles",
+                              "accuracy.json")
+# Which rows speak for a configuration first: the longest job, then the one
+# evaluated on more test images.
+JOB_RANK = ("claims", "main_600", "main_600_2k", "ncf_1epoch")
+
+
+@functools.lru_cache(maxsize=None)
+def accuracy_table(path=ACCURACY_TABLE):
+    """The accuracy table (a dict: "rows", "jobs", "criterion")."""
+    with open(path) as f:
+        return json.load(f)
+
+
+def accuracy_figure(model, config, workers=2, path=ACCURACY_TABLE):
+    """What the table says of `config`'s accuracy on `model` for `workers`.
+
+    The row chosen: one with measured seeds, of the highest-ranked job
+    (JOB_RANK), at the number of workers nearest `workers` (the larger on a
+    tie); its fresh seeds' mean if any, else its choosing seeds'.
+
+    Returns:
+      None (nothing measured), or {"points", "verdict", "note", "row",
+      "extrapolated" (workers beyond the largest measured W)}.
+    """
+    table = accuracy_table(path)
+    rows = [r for r in table["rows"] if r["model"] == model and r["configuration"] == config
+            and (r["n"] or r["choosing"]["mean"] is not None)]
+    if not rows:
+        return None
+
+    def rank(r):
+        job = JOB_RANK.index(r["job"]) if r["job"] in JOB_RANK else len(JOB_RANK)
+        return (job, abs(r["workers"] - workers), -r["workers"])
+
+    row = min(rows, key=rank)
+    measured_w = max(r["workers"] for r in rows if r["job"] == row["job"])
+    extrapolated = workers > measured_w
+    if row["n"]:
+        seeds = ", ".join(map(str, sorted(int(s) for s in row["deltas"])))
+        se = "" if row["se"] is None else f" ± {row['se']:.2f}"
+        points = row["mean"]
+        note = (f"{points:+.2f}{se} pts on fresh seeds {seeds} (worst {row['worst']:+.2f}), "
+                f"{row['verdict']}")
+    else:
+        points = row["choosing"]["mean"]
+        note = (f"{points:+.2f} pts on the seeds that chose it "
+                f"({', '.join(row['choosing']['deltas'])}; not confirmed)")
+    note += f"; job {row['job']} (benchmarks/results/accuracy.json), W = {row['workers']}"
+    if extrapolated:
+        note += f"; at W = {workers} extrapolated"
+    return {"points": points, "verdict": row["verdict"], "note": note, "row": row,
+            "extrapolated": extrapolated}
 
 
 # Steps to the target accuracy, relative to TensorFlow's all-reduce (ResNet-20 on
@@ -49,25 +90,4 @@ RESNET20_STEPS_RATIO = {
     # the same, max_reduction: 380/380/456 (max_reduction_resnet20_600.json; the
     # preset before its schedule, 0.3 %: not measured since)
     "max_reduction": (380 + 380 + 456) / (380 + 380 + 304),
-}
-
-# What the project measured of each configuration's accuracy (ResNet-20 on
-# Fashion-MNIST, 2 workers), printed beside predictions whose steps to target
-# are assumed: a faster step is worth nothing at a lower accuracy.
-ACCURACY_NOTES = {
-    "golomb_qsgd_dgc": "ResNet-20: +0.38 pts vs uncompressed, 3 seeds, 600 steps "
-                       "(docs/benchmarks.md)",
-    "max_reduction": "ResNet-20: +0.05 pts (choosing seeds 0-2), -0.04 +- 0.15 pts (fresh "
-                     "seeds 21-25, worst -0.34), 600 steps (docs/benchmarks.md)",
-    "golomb_qsgd": "ResNet-20: -1.90 pts, 3 seeds, 600 steps; NCF: HR@10 within 0.6 pts "
-                   "(docs/benchmarks.md)",
-    "lgc_rar": "ResNet-20: -4.2 pts at 600 steps, -1.2 pts at 1,500 steps, one seed; "
-               "its warm-up phases (dense rounds, autoencoder training) are not in this model "
-               "(docs/lgc.md)",
-    "powersgd_r1": "ResNet-20: -6.45 pts, 3 seeds, 600 steps (docs/powersgd.md)",
-    "powersgd_r2": "ResNet-20: -3.07 pts, 3 seeds, 600 steps (docs/powersgd.md)",
-    "powersgd_r4": "ResNet-20: -0.67 pts (choosing seeds), -1.27 pts (fresh seeds), 600 steps "
-                   "(docs/powersgd.md)",
-    "sparse_allreduce": "ResNet-20: +0.13 pts (choosing seeds 0-2), +0.30 pts (fresh seeds "
-                        "10-12; worst seed -1.10), 600 steps (docs/sparse_allreduce.md)",
 }

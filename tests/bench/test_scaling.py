@@ -190,20 +190,22 @@ def test_winner_at_20mbit_and_100gbit(fixed_file, capsys):
     rc, out, _ = _run(["--model=resnet20", "--workers=2", "--link=20mbit",
                        f"--profile={fixed_file}"], capsys)
     assert rc == 0
-    assert "golomb_qsgd_dgc flat wins" in out
+    # golomb_qsgd_dgc is faster but -0.58 pts on its fresh seeds (the accuracy
+    # table); this profile has no codec costs of the others: keep TF, say why.
+    assert "No compressed configuration has a measured accuracy within 0.5" in out
+    assert "outside the accuracy tolerance: golomb_qsgd_dgc flat (" in out
     # By hand: TF 10 ms + 1,078,888 B at 2.5 MB/s = 441.6 ms; golomb_qsgd_dgc
     # 10 + 20 ns x 269,722 + 2 x 10 ns x 269,722 + 16,691 B / 2.5 MB/s = 27.5 ms.
     assert "441.6" in out and "27.5" in out
     rc, out, _ = _run(["--model=resnet20", "--workers=2", "--link=100gbit",
                        f"--profile={fixed_file}"], capsys)
     assert rc == 0
-    assert "Nothing beats TensorFlow's uncompressed all-reduce here" in out
-    assert "Do not compress." in out
+    assert "keep TensorFlow's all-reduce" in out
 
 
 def test_packaged_cpu_profile_answers(capsys):
     rc, out, _ = _run(["--model=resnet20", "--workers=2", "--link=20mbit"], capsys)
-    assert rc == 0 and "golomb_qsgd_dgc flat wins" in out
+    assert rc == 0 and "max_reduction flat wins" in out
     assert "0.85 (measured)" in out and "not reached" in out
     rc, out, _ = _run(["--model=resnet50", "--workers=16", "--gpus_per_worker=8",
                        "--link=10gbit", "--profile=h100"], capsys)
@@ -393,13 +395,14 @@ def test_the_verdict_keeps_to_the_accuracy_tolerance(tolerance):
                             tolerance=tolerance)
     rivals = [r for r in rows[1:] if "step" in r and r["tta_speedup"] is not None]
     within = [r for r in rivals if r["accuracy"] is not None and r["accuracy"] >= -tolerance]
-    best = max(within, key=lambda r: r["tta_speedup"])
+    held = [r for r in within if r["accuracy_verdict"] == "holds"]
+    best = max(held or within, key=lambda r: r["tta_speedup"])
     assert text.startswith(f"{best['label']} wins")
     for r in rivals:
         if r not in within and r["tta_speedup"] > best["tta_speedup"]:
             assert r["label"] in text.split("Faster, but")[1], r["label"]
-    if tolerance == 0.5:  # lgc_rar (-4.2 pts) and PowerSGD (-1.27 and below) never win
-        assert best["config"] in ("golomb_qsgd_dgc", "sparse_allreduce"), text
+    if tolerance == 0.5:  # PowerSGD (-1.27 and below) never wins; one that holds does
+        assert best["accuracy_verdict"] == "holds", text
 
 
 def test_a_negative_tolerance_is_refused(capsys):
@@ -435,7 +438,8 @@ def test_a_faster_configuration_outside_the_tolerance_is_named_apart(fixed):
     assert fastest["accuracy"] < -0.5
     # Here nothing within 0.5 points beats TF's all-reduce: keep it, and say
     # what would be faster at what accuracy.
-    assert text.startswith("Nothing beats TensorFlow's uncompressed all-reduce here within 0.5")
+    assert text.startswith(("Nothing beats TensorFlow's uncompressed all-reduce here within 0.5",
+                            "No compressed configuration has a measured accuracy within 0.5"))
     assert f"outside the accuracy tolerance: {fastest['label']} (" in text
     _, loose = cli.answer(fixed, model, 64, 8, gbit(1), tolerance=10.0)
     assert loose.startswith(f"{fastest['label']} wins")
