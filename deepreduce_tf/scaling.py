@@ -47,10 +47,8 @@ import json
 import math
 import os
 
-# What the project measured of each configuration (accuracy, steps to the
-# target), which the predictions read.
-from deepreduce_tf.scaling_measured import (  # noqa: F401  (re-exported)
-    RESNET20_STEPS_RATIO, accuracy_figure, accuracy_table)
+# What the project measured (accuracy, steps to the target): the predictions read it.
+from deepreduce_tf.scaling_measured import RESNET20_STEPS_RATIO, accuracy_figure
 
 # Tensors with fewer elements travel dense in the bucket's dense section
 # (the compressor's min_size default, deepreduce_tf/compressor.py).
@@ -132,17 +130,14 @@ class ModelSpec:
     parameters: int = 0
     measured_bytes: dict = dataclasses.field(default_factory=dict)
     steps_ratio: dict = dataclasses.field(default_factory=dict)
-    # the model of the accuracy table (profiles/accuracy.json) whose figures
-    # speak for this one: ResNet-20 is the project's only measured dense model
-    accuracy_model: str = "resnet20"
+    accuracy_model: str = "resnet20"  # whose rows of profiles/accuracy.json speak for it
     accuracy_source: str = ("ResNet-20 / Fashion-MNIST (the project's "
                             "accuracy table, benchmarks/results/accuracy.json)")
     tf_exchange: str = "allreduce"   # or "allgather" (IndexedSlices)
     recommended: str = "golomb_qsgd_dgc"
     note: str = ""
 
-    def accuracy(self, config, workers=2):
-        """accuracy_figure() of `config` for this model's measured stand-in."""
+    def accuracy(self, config, workers=2):  # what the accuracy table says of config
         return accuracy_figure(self.accuracy_model, config, workers)
 
     @property
