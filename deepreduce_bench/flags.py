@@ -220,11 +220,9 @@ def _define_general_flags(fv):
                       f"({','.join(presets.default_presets('adam'))} without momentum SGD) "
                       "when no compression flag is given.", flag_values=fv)
     flags.DEFINE_string("seeds", None,
-                        "Repeat the comparison on several seeds: a count (N seeds from --seed) "
-                        "or seeds and ranges (21-25, 3,7). Adds uncompressed as the baseline, "
-                        "evaluates on the whole test split, prints the paired differences and "
-                        "whether each configuration holds (docs/benchmarks.md); started again, "
-                        "it continues where it stopped.", flag_values=fv)
+                        "The comparison on several seeds (a count, or 21-25): paired "
+                        "differences, whether each holds (docs/benchmarks.md); resumes.",
+                        flag_values=fv)
     flags.DEFINE_string("exchange", "deepreduce",
                         "deepreduce: DeepReduce's cross-device ops, compressed as the flags "
                         "say; tf: TensorFlow's own dense all-reduce, no compression flags (the "
