@@ -10,7 +10,8 @@ tests/ mirrors the package's layers, one folder each:
   exchange/      the step around it: communicators (allgather, allreduce, lgc),
                  transport frames, from_params, memory and DGC's recipe, state
                  and checkpoints (+ state_worker.py)
-  integrations/  adapters to other systems: distribute (+ distribute_worker.py),
+  integrations/  adapters to other systems: distribute (+ distribute_worker.py,
+                 processes.py: the Flower tests' process helpers),
                  the cross-device ops, federated (+ federated_app/),
                  tf_cnn_benchmarks (+ tf1_collective_worker.py)
   bench/         the deepreduce_bench harness, its data sets and benchmarks/

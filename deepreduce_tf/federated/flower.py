@@ -501,15 +501,19 @@ class DeepReduceStrategy(Strategy):
     def save_state(self, path):
         """Writes what this strategy keeps between rounds to `path` (an .npz
         file, replaced atomically): x^ and the versions, the model each node
-        holds, the nodes seen, the byte accounting. Call it between rounds,
-        e.g. from start()'s evaluate_fn. The wrapped strategy's own state
-        and the clients' residuals (node state) are not in it."""
+        holds, the nodes seen, the byte accounting, and the wrapped
+        strategy's own state where it saves one (FedAvgTopK's momentum and
+        error; federated/server_state.py). Call it between rounds, e.g. from
+        start()'s evaluate_fn after round 0. Flower's strategies' own state
+        (FedAvgM's momentum) and the clients' residuals (node state) are
+        not in it."""
         server_state.save(self, path)
 
     def load_state(self, path):
         """Restores the state save_state wrote into this strategy, built
         with the same configuration (params, server_params, downlink,
-        initial_on_clients); then start() goes on from it (pass the last
+        initial_on_clients, and the same wrapped strategy where that saves
+        state of its own); then start() goes on from it (pass the last
         global model as initial_arrays). Raises ValueError saying what
         differs; the strategy is unchanged then."""
         with open(path, "rb") as f:

@@ -6,10 +6,17 @@ The state is the server's side of the error feedback and of the protocol:
 x^ and the versions not yet sent to every node ('versions'), the model each
 node holds ('per_node'; least recently sent first), which nodes were seen,
 the version counter, the downlink encoder's step counters (the seeds of its
-stochastic rounding), and the byte accounting of every round so far. The
-wrapped strategy's own state (FedAvgM's momentum, FedAdam's moments) is
-not part of it, nor are the clients' residuals: they live in each node's
-state on the SuperNode.
+stochastic rounding), and the byte accounting of every round so far; and
+the wrapped strategy's own state where it defines two methods:
+server_state() -> (settings, arrays), a JSON-able dict of the settings its
+state is only valid under and {name: numpy array}; and
+load_server_state(settings, arrays, model), which checks them (against its
+own settings and `model`, the model's numpy arrays) and installs them, or
+raises ValueError saying what differs and changes nothing. FedAvgTopK
+does (its momentum and error); Flower's own strategies do not (FedAvgM's
+momentum, FedAdam's moments start again after a restart). The clients'
+residuals are not part of it: they live in each node's state on the
+SuperNode.
 
 The file is a numpy .npz without pickled objects: one JSON header (the
 configuration, node ids, counters, accounting) and the arrays. Loading
@@ -28,6 +35,14 @@ import numpy as np
 FORMAT = "deepreduce_tf.federated.server_state"
 FORMAT_VERSION = 1
 _HEADER = "header"
+_INNER = "strategy/"  # the arrays of the wrapped strategy's own state
+
+
+def _inner_hooks(strategy):
+    """The wrapped strategy if it saves state of its own, else None."""
+    inner = strategy.strategy
+    return inner if callable(getattr(inner, "server_state", None)) and callable(
+        getattr(inner, "load_server_state", None)) else None
 
 
 def _configuration(strategy):
@@ -63,6 +78,15 @@ def to_bytes(strategy):
         steps=(strategy._server_codec.step_counters()
                if strategy._server_codec is not None else {}),
         rounds=strategy.rounds, rejected=[list(r) for r in strategy.rejected])
+    inner = _inner_hooks(strategy)
+    if inner is not None:
+        settings, own = inner.server_state()
+        header["strategy"] = {"class": type(inner).__name__, "settings": settings,
+                              "arrays": sorted(own)}
+        for name, a in own.items():
+            arrays[_INNER + name] = np.asarray(a)
+    else:
+        header["strategy"] = None
     arrays[_HEADER] = np.frombuffer(json.dumps(header).encode(), np.uint8)
     out = io.BytesIO()
     np.savez(out, **arrays)
@@ -161,6 +185,27 @@ def load(strategy, data, what="the state"):
             raise ValueError(f"{what}: version {v}'s payload is missing or not bytes")
         used.add(key)
         versions[v] = arrays[key].tobytes()
+    inner, saved = _inner_hooks(strategy), header.get("strategy")  # None: written without
+    wrapped = type(strategy.strategy).__name__
+    if inner is None and saved is not None:
+        raise ValueError(f"{what} holds the state of a wrapped {saved.get('class')!r}; this "
+                         f"strategy wraps {wrapped!r}, which keeps none: build the strategy as "
+                         "the one that saved it")
+    if inner is not None:
+        if not isinstance(saved, dict) or not isinstance(saved.get("arrays"), list):
+            raise ValueError(f"{what} holds no state of the wrapped {wrapped!r} (saved by a "
+                             "strategy wrapping another one, or by a deepreduce_tf that did not "
+                             "save it): build the strategy as the one that saved it")
+        if saved.get("class") != wrapped:
+            raise ValueError(f"{what} holds the state of a wrapped {saved.get('class')!r}; this "
+                             f"strategy wraps {wrapped!r}")
+        inner_arrays = {}
+        for name in saved["arrays"]:
+            key = _INNER + str(name)
+            if key not in arrays:
+                raise ValueError(f"{what}: array {key!r} is missing")
+            used.add(key)
+            inner_arrays[name] = arrays[key]
     extra = sorted(set(arrays) - used)
     if extra:
         raise ValueError(f"{what} has arrays no state names: {extra[:5]}")
@@ -185,14 +230,18 @@ def load(strategy, data, what="the state"):
     if not isinstance(rejected, list) or not all(isinstance(r, list) for r in rejected):
         raise ValueError(f"{what}: 'rejected' is not a list of [round, node, reason] records")
 
+    server_codec = (ModelCodec.for_arrays(json.loads(strategy.server_params_json), names,
+                                          model_hat)
+                    if strategy.server_params_json else None)
+    if server_codec is not None:
+        server_codec.set_step_counters(steps)
+    if inner is not None:  # checks its own state; changes nothing if that raises
+        inner.load_server_state(saved.get("settings"), inner_arrays, source)
+
     # Everything checked: replace the strategy's state.
     strategy._names = list(names)
     strategy._client_codec = codec
-    strategy._server_codec = (ModelCodec.for_arrays(json.loads(strategy.server_params_json),
-                                                    names, model_hat)
-                              if strategy.server_params_json else None)
-    if strategy._server_codec is not None:
-        strategy._server_codec.set_step_counters(steps)
+    strategy._server_codec = server_codec
     strategy._model_hat = model_hat
     strategy._model_hat_crc = model_crc(model_hat)
     strategy._source = source

@@ -19,8 +19,11 @@ last round is sent about `delta` (sparse), while the clients may keep no
 residual at all (params memory 'none': stateless clients, FetchSGD's setting):
 the server's e is then the only error feedback.
 
-Server state: two model-sized float arrays (m and e); DeepReduceStrategy's
-save_state does not save them (a restarted server starts them at zero).
+Server state: two model-sized float32 arrays (m and e), saved and restored
+with the rest of the server's state by DeepReduceStrategy.save_state /
+load_state (server_state() / load_server_state(), the hooks
+federated/server_state.py calls), so a restarted server goes on with the m
+and e it had.
 """
 from logging import INFO
 
@@ -113,3 +116,46 @@ class FedAvgTopK(FedAvg):
             start += old.size
         self.current_arrays = ArrayRecord(out)
         return self.current_arrays, metrics
+
+    # ------------------------------------------------- persistence (server_state.py)
+    def _settings(self):
+        return {"density": self.density, "server_momentum": self.server_momentum,
+                "server_learning_rate": self.server_learning_rate}
+
+    def server_state(self):
+        """(settings, arrays): what DeepReduceStrategy.save_state saves of
+        this strategy. settings: the rule's parameters, which m and e are
+        only valid under; arrays: 'momentum' and 'error' (flat float32, the
+        model's size), none before the first aggregation."""
+        arrays = {} if self.momentum is None else {"momentum": self.momentum.copy(),
+                                                   "error": self.error.copy()}
+        return self._settings(), arrays
+
+    def load_server_state(self, settings, arrays, model):
+        """Restores server_state()'s (settings, arrays) into this strategy,
+        built with the same settings, for `model` (the model's numpy arrays).
+        Raises ValueError saying what differs; the strategy is unchanged
+        then."""
+        mine = self._settings()
+        if not isinstance(settings, dict):
+            raise ValueError(f"FedAvgTopK: the saved settings are not a dict: {settings!r}")
+        for key, value in mine.items():
+            if settings.get(key) != value:
+                raise ValueError(f"FedAvgTopK: the state was saved with {key}="
+                                 f"{settings.get(key)!r}, this strategy has {key}={value!r}: "
+                                 "build it as the one that saved it")
+        if set(arrays) - {"momentum", "error"} or len(arrays) == 1:
+            raise ValueError("FedAvgTopK: the saved state must hold 'momentum' and 'error' "
+                             f"(or neither, before the first round), got {sorted(arrays)}")
+        size = sum(int(np.asarray(a).size) for a in model)
+        for name, a in arrays.items():
+            if a.dtype != np.float32 or a.shape != (size,):
+                raise ValueError(f"FedAvgTopK: the saved {name} is {a.dtype} {a.shape}, the "
+                                 f"model needs float32 ({size},)")
+            if not np.all(np.isfinite(a)):
+                raise ValueError(f"FedAvgTopK: the saved {name} holds NaN/Inf")
+        if arrays:
+            self.momentum = np.array(arrays["momentum"], np.float32)
+            self.error = np.array(arrays["error"], np.float32)
+        else:
+            self.momentum = self.error = None

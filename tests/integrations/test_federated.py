@@ -781,79 +781,22 @@ def test_flower_simulation_three_clients(tmp_path):
 APP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "federated_app")
 
 
-def _children():
-    """{parent pid: [child pids]} from /proc."""
-    tree = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            tree.setdefault(ppid, []).append(int(entry))
-    return tree
-
-
-def _descendants(pids):
-    tree, out, todo = _children(), [], list(pids)
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo.extend(tree.get(pid, []))
-    return out
-
-
-def _alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def _stop(procs):
-    """TERM every process started here and all their descendants (Flower's
-    superexec runs in sessions of its own), KILL what is left after 10 s,
-    reap. Returns the pids that were signalled."""
-    import signal
-    import time
-
-    pids = _descendants([p.pid for p in procs])
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in pids:
-            try:
-                os.kill(pid, sig)
-            except OSError:
-                pass
-        end = time.monotonic() + 10
-        while time.monotonic() < end and any(_alive(p) for p in pids):
-            time.sleep(0.2)
-    for p in procs:
-        p.wait(timeout=10)
-    return pids
-
-
 def test_deployment_superlink_and_three_supernodes(tmp_path):
     import shutil
     import time
-    import urllib.request
 
-    bin_dir = os.path.dirname(sys.executable)
-    if not os.path.exists(os.path.join(bin_dir, "flower-superlink")):
-        pytest.skip("flower-superlink is not installed next to this Python")
+    import processes
+
+    superlink_bin = processes.flower_tool("flower-superlink")
+    supernode_bin = processes.flower_tool("flower-supernode")
+    flwr_bin = processes.flower_tool("flwr")
     app = tmp_path / "app"
     shutil.copytree(APP_DIR, app, ignore=shutil.ignore_patterns("__pycache__"))
     (tmp_path / "home").mkdir()
     (tmp_path / "flwr_home").mkdir()
-    env = dict(os.environ, PATH=bin_dir + os.pathsep + os.environ.get("PATH", ""),
-               HOME=str(tmp_path / "home"), FLWR_HOME=str(tmp_path / "flwr_home"),
-               FLWR_TELEMETRY_ENABLED="0", FLWR_DISABLE_UPDATE_CHECK="1",
-               FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1", UV_OFFLINE="1",
-               PYTHONUNBUFFERED="1")
-    from deepreduce_bench.runner import free_ports
-
-    link, *nodes = free_ports(4)
+    env = processes.flower_env(tmp_path / "flwr_home", HOME=str(tmp_path / "home"),
+                               UV_OFFLINE="1")
+    link, *nodes = processes.free_ports(4)
     deadline = time.monotonic() + 420
     procs, logs = [], []
 
@@ -869,27 +812,20 @@ def test_deployment_superlink_and_three_supernodes(tmp_path):
                          for p in sorted(tmp_path.glob("*.log")))
 
     def healthy(port, proc, name):
-        while time.monotonic() < deadline:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).read()
-                return
-            except OSError:
-                assert proc.poll() is None, f"{name} exited\n{tails()}"
-                time.sleep(0.5)
-        pytest.fail(f"{name} not healthy in time\n{tails()}")
+        processes.wait_healthy(port, deadline, proc, name, tails)
 
     def flwr(*args, timeout=60):
-        return subprocess.run([os.path.join(bin_dir, "flwr"), *args], cwd=tmp_path, env=env,
+        return subprocess.run([flwr_bin, *args], cwd=tmp_path, env=env,
                               capture_output=True, text=True, timeout=timeout)
 
     out = tmp_path / "result.json"
     try:
-        superlink = start("superlink", [os.path.join(bin_dir, "flower-superlink"), "--insecure",
-                                        "--host", "127.0.0.1", "--port", str(link),
+        superlink = start("superlink", [superlink_bin, "--insecure", "--host", "127.0.0.1",
+                                        "--port", str(link),
                                         "--disable-runtime-dependency-installation"])
         healthy(link, superlink, "superlink")
         for i, port in enumerate(nodes):
-            start(f"supernode{i}", [os.path.join(bin_dir, "flower-supernode"), "--insecure",
+            start(f"supernode{i}", [supernode_bin, "--insecure",
                                     "--superlink", f"127.0.0.1:{link}", "--host", "127.0.0.1",
                                     "--port", str(port), "--node-config",
                                     f"partition-id={i} num-partitions=3",
@@ -916,10 +852,10 @@ def test_deployment_superlink_and_three_supernodes(tmp_path):
             log = flwr("log", run_id, "deploy", "--show")
             pytest.fail(f"run status {status!r}\n{log.stdout[-3000:]}\n{tails()}")
     finally:
-        signalled = _stop(procs)
+        signalled = processes.stop([], procs)
         for log in logs:
             log.close()
-    assert not [pid for pid in signalled if _alive(pid)]  # every process stopped and reaped
+    assert not [pid for pid in signalled if processes.alive(pid)]  # all stopped and reaped
     result = json.loads(out.read_text())
     assert result["rejected"] == []
     assert [r["up_messages"] for r in result["rounds"]] == [3, 3]

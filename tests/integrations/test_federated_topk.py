@@ -1,6 +1,10 @@
 """FedAvgTopK (deepreduce_tf/federated/server_topk.py): the server's sparse
 update with momentum and error accumulation, against a numpy reference of
-FetchSGD's server rule, alone and inside DeepReduceStrategy."""
+FetchSGD's server rule, alone and inside DeepReduceStrategy; its momentum
+and error saved and restored with DeepReduceStrategy's server state."""
+import json
+import random
+
 import numpy as np
 import pytest
 
@@ -146,6 +150,127 @@ def test_inside_deepreduce_strategy_with_stateless_clients(task_identity):
         current, _ = strategy.aggregate_train(rnd, replies)
         np.testing.assert_allclose(flat(current), want[rnd - 1], rtol=1e-5, atol=1e-6)
     assert strategy.rejected == []
+
+
+LOSSLESS_STATELESS = {"compressor": "none", "memory": "none"}
+
+
+def topk_server(density=0.05, rho=0.9, lr=0.1):
+    inner = FedAvgTopK(density, server_momentum=rho, server_learning_rate=lr, **sampling())
+    return DeepReduceStrategy(inner, LOSSLESS_STATELESS, downlink="per_node")
+
+
+def drive(strategy, contexts, rounds, current):
+    """Rounds `rounds` of `strategy` with stateless clients (through the mod):
+    the aggregated model of each round, and the last one."""
+    models = []
+    for rnd in rounds:
+        replies = [deepreduce_mod(msg, contexts[msg.metadata.dst_node_id],
+                                  lambda m, c, node=msg.metadata.dst_node_id, rnd=rnd: reply(
+                                      m, node, rnd, m.content["arrays"].to_numpy_ndarrays()))
+                   for msg in strategy.configure_train(rnd, current, ConfigRecord(), Grid())]
+        current, _ = strategy.aggregate_train(rnd, replies)
+        models.append(current.to_numpy_ndarrays())
+    return models, current
+
+
+def fresh_contexts():
+    return {n: Context(run_id=1, node_id=n, node_config={}, state=RecordDict(), run_config={})
+            for n in NODES}
+
+
+@pytest.mark.parametrize("stop", [1, 3])
+def test_a_restarted_server_goes_on_with_its_momentum_and_error(task_identity, tmp_path, stop):
+    """Saved after round `stop`, dropped, and a new strategy loaded from the
+    file: the rounds after it aggregate the same models, bit for bit, as a
+    server that never stopped (and both follow numpy's rule). A server that
+    restarts with m and e at zero (the file without them) does not."""
+    total, x0 = 5, model(0, 0.1)
+    want, _ = reference(x0, total, 0.05, 0.9, 0.1)
+    random.seed(3)  # Flower's sampling: the same draws in every run
+    steady, _ = drive(topk_server(), fresh_contexts(), range(1, total + 1), ArrayRecord(x0))
+
+    random.seed(3)
+    contexts = fresh_contexts()  # the nodes' state outlives the server
+    first = topk_server()
+    before, current = drive(first, contexts, range(1, stop + 1), ArrayRecord(x0))
+    path = tmp_path / "server_state.npz"
+    first.save_state(str(path))
+    momentum, error = first.strategy.momentum.copy(), first.strategy.error.copy()
+    del first
+    resumed = topk_server()
+    resumed.load_state(str(path))
+    np.testing.assert_array_equal(resumed.strategy.momentum, momentum)
+    np.testing.assert_array_equal(resumed.strategy.error, error)
+    assert np.abs(error).sum() > 0  # there is something to lose
+    after, _ = drive(resumed, contexts, range(stop + 1, total + 1), current)
+    for rnd, (got, same) in enumerate(zip(before + after, steady), 1):
+        for a, b in zip(got, same):
+            assert np.array_equal(a, b), f"round {rnd}"
+        np.testing.assert_allclose(np.concatenate([a.ravel() for a in got]), want[rnd - 1],
+                                   rtol=1e-5, atol=1e-6)
+    # The same file without FedAvgTopK's arrays is refused; once forced in
+    # (m and e at zero, what a restart lost before), the rounds differ.
+    with np.load(path) as files:
+        saved = {k: files[k] for k in files.files}
+    header = json.loads(saved.pop("header").tobytes())
+    lost = tmp_path / "lost.npz"
+    np.savez(lost, header=np.frombuffer(json.dumps(dict(header, strategy=None)).encode(),
+                                        np.uint8),
+             **{k: v for k, v in saved.items() if not k.startswith("strategy/")})
+    forgetful = topk_server()
+    with pytest.raises(ValueError, match="holds no state of the wrapped 'FedAvgTopK'"):
+        forgetful.load_state(str(lost))
+    assert forgetful._names is None
+    forgetful.load_state(str(path))
+    forgetful.strategy.momentum = forgetful.strategy.error = None
+    random.seed(3)  # the same draws, and the nodes as they were at the save
+    contexts = fresh_contexts()
+    drive(topk_server(), contexts, range(1, stop + 1), ArrayRecord(x0))
+    forgot, _ = drive(forgetful, contexts, range(stop + 1, total + 1), current)
+    assert not all(np.array_equal(a, b) for a, b in zip(forgot[-1], steady[-1]))
+
+
+def test_a_topk_state_that_does_not_fit_is_refused_and_changes_nothing(task_identity,
+                                                                        tmp_path):
+    from flwr.serverapp.strategy import FedAvg
+
+    strategy = topk_server()
+    drive(strategy, fresh_contexts(), range(1, 3), ArrayRecord(model(0, 0.1)))
+    path = tmp_path / "state.npz"
+    strategy.save_state(str(path))
+    with np.load(path) as files:
+        saved = {k: files[k] for k in files.files}
+
+    def rewrite(name, **arrays):
+        p = tmp_path / f"{name}.npz"
+        np.savez(p, **dict(saved, **arrays))
+        return str(p)
+
+    n = saved["strategy/error"].size
+    cases = [
+        (topk_server(density=0.1), str(path), "density=0.05"),
+        (topk_server(rho=0.5), str(path), "server_momentum=0.9"),
+        (DeepReduceStrategy(FedAvg(**sampling()), LOSSLESS_STATELESS, downlink="per_node"),
+         str(path), "state of a wrapped 'FedAvgTopK'"),
+        (topk_server(), rewrite("short", **{"strategy/error": np.zeros(n - 1, np.float32)}),
+         r"error is float32 \(%d,\)" % (n - 1)),
+        (topk_server(), rewrite("wide", **{"strategy/momentum": np.zeros(n, np.float64)}),
+         "momentum is float64"),
+        (topk_server(), rewrite("nan", **{"strategy/error": np.full(n, np.nan, np.float32)}),
+         "NaN/Inf"),
+    ]
+    for other, p, match in cases:
+        with pytest.raises(ValueError, match=match):
+            other.load_state(p)
+        assert other._names is None and other.rounds == []
+        assert getattr(other.strategy, "momentum", None) is None
+    # A FedAvg server's file does not load into a FedAvgTopK server.
+    plain = DeepReduceStrategy(FedAvg(**sampling()), LOSSLESS_STATELESS, downlink="per_node")
+    drive(plain, fresh_contexts(), range(1, 2), ArrayRecord(model(0, 0.1)))
+    plain.save_state(str(tmp_path / "plain.npz"))
+    with pytest.raises(ValueError, match="holds no state of the wrapped 'FedAvgTopK'"):
+        topk_server().load_state(str(tmp_path / "plain.npz"))
 
 
 @pytest.mark.parametrize("kwargs,match", [

@@ -1,14 +1,16 @@
 """examples/flower_quickstart: the Flower App runs as its README says
-(`flwr run .` on Flower's local simulation engine, offline), compressed both
-ways, and says so in Flower's log; keras_initial_weights, which lets both
-sides build the same initial model, against its own contract."""
+(`bash run_local.sh`: `flwr run .` on Flower's local simulation engine,
+offline, on a SuperLink the script starts and stops), compressed both ways,
+and says so in Flower's log; keras_initial_weights, which lets both sides
+build the same initial model, against its own contract."""
 import json
 import os
 import random
+import re
 import shutil
-import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -79,93 +81,48 @@ def test_keras_initial_weights_bad_arguments_say_what_to_pass():
     assert random.getstate() == state
 
 
-def _processes():
-    """{pid: (parent pid, command line)} of every process."""
-    out = {}
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmd = f.read().split(b"\0")
-        except (OSError, IndexError, ValueError):
-            continue
-        out[int(pid)] = (ppid, cmd)
-    return out
-
-
-def _alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def _stop_local_superlink(port):
-    """The local SuperLink `flwr run` started (detached, listening on `port`)
-    and every process under it (Flower starts its superexec, ServerApp and
-    simulation in sessions of their own): TERM, then KILL what is left after
-    10 s. Returns the pids signalled."""
-    import time
-
-    procs = _processes()
-    todo = [pid for pid, (_, cmd) in procs.items()
-            if any(b"flower-superlink" in c for c in cmd) and str(port).encode() in cmd]
-    pids = []
-    while todo:
-        pid = todo.pop()
-        pids.append(pid)
-        todo.extend(child for child, (ppid, _) in procs.items() if ppid == pid)
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in pids:
-            try:
-                os.kill(pid, sig)
-            except OSError:
-                pass
-        end = time.monotonic() + 10
-        while time.monotonic() < end and any(_alive(p) for p in pids):
-            time.sleep(0.2)
-    return pids
-
-
 @pytest.mark.slow
 def test_flwr_run_of_the_example_app_is_compressed_and_says_so(tmp_path):
-    bin_dir = os.path.dirname(sys.executable)
-    flwr = os.path.join(bin_dir, "flwr")
-    if not os.path.exists(flwr):
-        pytest.skip("flwr is not installed next to this Python (the federated extra)")
+    """The README's command, `bash run_local.sh` (its own local SuperLink,
+    `flwr run . --stream`): the run is compressed both ways, and when the
+    script returns, the SuperLink it started and everything under it are
+    gone (the script kills its PID; nothing else is touched)."""
+    import processes
+
+    processes.flower_tool("flwr")
+    processes.flower_tool("flower-superlink")
     from deepreduce_bench.data import find_fashion_mnist
 
     if find_fashion_mnist() is None:
         pytest.skip("Fashion-MNIST is not on this machine (bash build_deps/dev.sh setup gets it)")
-    from deepreduce_bench.runner import free_ports
-
     app = tmp_path / "flower_quickstart"
     shutil.copytree(APP_DIR, app, ignore=shutil.ignore_patterns("__pycache__"))
     (tmp_path / "flwr_home").mkdir()
-    link, control = free_ports(2)
-    env = dict(os.environ, PATH=bin_dir + os.pathsep + os.environ.get("PATH", ""),
-               FLWR_HOME=str(tmp_path / "flwr_home"), FLWR_TELEMETRY_ENABLED="0",
-               FLWR_DISABLE_UPDATE_CHECK="1", FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1",
-               FLWR_LOCAL_SUPERLINK_HTTP_API_PORT=str(link),
-               FLWR_LOCAL_CONTROL_API_PORT=str(control), PYTHONUNBUFFERED="1")
+    env = processes.flower_env(tmp_path / "flwr_home", PYTHON=sys.executable)
+    env.pop("FLWR_LOCAL_SUPERLINK_HTTP_API_PORT", None)  # the script picks a free port
     out_dir = tmp_path / "out"
+    started, left = [], []
     try:
         run = subprocess.run(
-            [flwr, "run", ".", "--stream", "--federation-config", "num-supernodes=2",
+            ["bash", "run_local.sh", "--federation-config", "num-supernodes=2",
              "--run-config", f'num-server-rounds=2 fraction-train=1.0 examples-per-node=2000 '
                              f'out-dir="{out_dir}"'],
             cwd=app, env=env, capture_output=True, text=True, timeout=480)
+        log = run.stdout + run.stderr
+        started = [int(pid) for pid in re.findall(r"local SuperLink pid (\d+) on", log)]
+        end = time.monotonic() + 15  # a SuperExec ends within a second or so of its SuperLink
+        while processes.running_in(app) and time.monotonic() < end:
+            time.sleep(0.5)
+        left = processes.running_in(app)  # what the script left behind, if anything
     finally:
-        signalled = _stop_local_superlink(link)
-    log = run.stdout + run.stderr
-    superlink_log = tmp_path / "flwr_home" / "local-superlink" / "superlink.log"
-    assert run.returncode == 0, log[-4000:] + (
-        superlink_log.read_text()[-4000:] if superlink_log.exists() else "")
-    assert signalled and not [pid for pid in signalled if _alive(pid)]  # nothing left running
+        processes.stop(processes.running_in(app))  # never leave any (all run in the app's folder)
+    superlink_logs = sorted((tmp_path / "flwr_home" / "local-superlink").glob("*.log"))
+    assert run.returncode == 0, log[-4000:] + "".join(p.read_text()[-4000:]
+                                                      for p in superlink_logs)
+    # It ran on the script's own SuperLink (flwr did not start one), which
+    # the script stopped with all under it.
+    assert len(started) == 1 and "Starting local SuperLink" not in log, log[-2000:]
+    assert left == [] and not processes.alive(started[0])
     with open(out_dir / "deepreduce_bytes.json") as f:
         saved = json.load(f)
     totals = saved["totals"]
