@@ -30,7 +30,8 @@ METRIC_KEYS = (
     "examples_per_sec", "step_time_ms", "dense_bytes_per_step", "sent_bytes_per_step",
     "reduction", "compress_ms", "decompress_ms", "final_loss", "train_accuracy", "accuracy",
     "hit_rate", "ndcg", "codec_payload_bytes", "total_sent_bytes", "total_dense_bytes",
-    "train_time_s", "timed_steps", "step_time_median_ms", "received_bytes_per_step")
+    "train_time_s", "timed_steps", "step_time_median_ms", "received_bytes_per_step",
+    "support_mean", "support_min")
 # A compressed run whose test accuracy trails the baseline's by more than this
 # many points (or twice the subset's standard error, if larger) gets a note.
 ACCURACY_GAP_POINTS = 1.0
@@ -155,6 +156,9 @@ def summary_table(results):
     if m.get("received_bytes_per_step") is not None:
         rows.append(("received bytes per step per replica (from the others)",
                      _fmt(m["received_bytes_per_step"], ",.0f")))
+    if m.get("support_mean") is not None:
+        rows.append(("support |U| / k (sparse all-reduce: mean of the timed steps, min)",
+                     f"{m['support_mean']:.3f}, {_fmt(m.get('support_min'), '.3f')}"))
     rows += [
         ("compress (ms per step, codec only)",
          codec_na if m["compress_ms"] is None else _fmt(m["compress_ms"], ",.1f")),
@@ -325,9 +329,11 @@ def run_outcome(results):
     """One line of a finished run: test metric, bytes, median step time."""
     m = results["metrics"]
     metric = _metric(results)
+    support = ("" if m.get("support_mean") is None else
+               f", support |U|/k {m['support_mean']:.3f} (min {_fmt(m.get('support_min'), '.3f')})")
     return (f"{_metric_label(metric)} {_fmt(m.get(metric), '.4f')}, "
             f"{_fmt(m['sent_bytes_per_step'], ',.0f')} B/step per replica, "
-            f"median step {_fmt(m.get('step_time_median_ms'), ',.1f')} ms")
+            f"median step {_fmt(m.get('step_time_median_ms'), ',.1f')} ms{support}")
 
 
 def _baseline(runs, baseline=None):
@@ -468,6 +474,12 @@ def compare_table(runs, baseline=None, descriptions=None):
                          f"{mlabel}, two standard errors of {n_eval:,} test examples: no loss "
                          f"of accuracy shown at {steps} steps (one seed; training noise comes "
                          "on top: see the plot's curves).")
+    for name, r in runs:
+        m = r["metrics"]
+        if m.get("support_mean") is not None:
+            notes.append(f"{name}: support |U| / k {m['support_mean']:.3f} on the mean of the "
+                         f"timed steps, {_fmt(m.get('support_min'), '.3f')} at the least (the "
+                         "union of the workers' top-(k/W) positions against k)")
     if descriptions:
         notes += [f"{name}: {descriptions[name]}" for name, _ in runs if name in descriptions]
     return "\n".join(lines + notes)

@@ -480,6 +480,10 @@ def _train(config, strategy, cluster, position, stream):
     sent = (end["sent_bytes"] - base["sent_bytes"]) / counted
     received = (end.get("received_bytes", 0) - base.get("received_bytes", 0)) / counted
     dense = (end["dense_bytes"] - base["dense_bytes"]) / counted
+    support = None
+    if "support_picks" in end:  # a sparse all-reduce: |U| / k over the timed steps
+        picks = end["support_picks"] - base.get("support_picks", 0)
+        support = (end["support_union"] - base.get("support_union", 0)) / picks if picks else None
     step_time = float(np.mean(step_times)) if step_times else float("nan")
     window = max(1, min(max(display_every, math.ceil(total_steps / 10)), len(losses)))
 
@@ -507,6 +511,7 @@ def _train(config, strategy, cluster, position, stream):
         "step_time_median_ms": 1000.0 * float(np.median(step_times)) if step_times else None,
         "dense_bytes_per_step": dense, "sent_bytes_per_step": sent,
         "received_bytes_per_step": received,
+        "support_mean": support, "support_min": end.get("support_min"),
         "reduction": dense / sent if sent else None,
         "compress_ms": compress_ms, "decompress_ms": decompress_ms,
         "codec_payload_bytes": codec_bytes,

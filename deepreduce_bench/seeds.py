@@ -34,7 +34,8 @@ KIND = "seeds"
 BASELINE = "uncompressed"
 # The metrics a record keeps of each run (the run's own results.json has the rest).
 KEPT_METRICS = ("accuracy", "hit_rate", "sent_bytes_per_step", "dense_bytes_per_step",
-                "received_bytes_per_step", "step_time_median_ms", "final_loss", "timed_steps")
+                "received_bytes_per_step", "step_time_median_ms", "final_loss", "timed_steps",
+                "support_mean", "support_min")
 # Arguments that name where a run writes (not what it computes).
 _PATH_FLAGS = ("--train_dir=", "--output_json=")
 

@@ -32,6 +32,11 @@ class ByteLedger(tf.Module):
         # last exchange) and in total; created by the first record_received.
         self.received = {}
         self.total_received = None
+        # A sparse all-reduce's support: |U| and the positions the workers
+        # picked (k, summed over the buckets) of the last sparse step and
+        # since creation, and the smallest |U| / k of a step
+        # (record_support; created by its first call).
+        self.support = None
 
     def _var(self, table, key):
         var = table.get(key)
@@ -83,6 +88,40 @@ class ByteLedger(tf.Module):
         with tf.control_dependencies(ensure_initialized([var, self.total_received])):
             return [var.assign(nbytes, read_value=False),
                     self.total_received.assign_add(nbytes, read_value=False)]
+
+    def record_support(self, union, picks):
+        """Records the support of one sparse all-reduce step: `union` = |U|,
+        `picks` = k (what the workers picked; a dense step records 0 and
+        changes nothing). Returns the update ops."""
+        if self.support is None:
+            with tf.init_scope():
+                self.support = {name: self._factory(tf.constant(0, tf.int64), name) for name in
+                                ("last_union", "last_picks", "total_union", "total_picks")}
+                self.support["min_ratio"] = self._factory(
+                    tf.constant(float("inf"), tf.float64), "min_ratio")
+        v = self.support
+        union, picks = tf.cast(union, tf.int64), tf.cast(picks, tf.int64)
+        sparse = picks > 0
+        ratio = tf.cast(union, tf.float64) / tf.cast(tf.maximum(picks, 1), tf.float64)
+        with tf.control_dependencies(ensure_initialized(list(v.values()))):
+            return [v["last_union"].assign(tf.where(sparse, union, v["last_union"]),
+                                           read_value=False),
+                    v["last_picks"].assign(tf.where(sparse, picks, v["last_picks"]),
+                                           read_value=False),
+                    v["total_union"].assign_add(union, read_value=False),
+                    v["total_picks"].assign_add(picks, read_value=False),
+                    v["min_ratio"].assign(tf.where(sparse, tf.minimum(v["min_ratio"], ratio),
+                                                   v["min_ratio"]), read_value=False)]
+
+    def support_totals(self):
+        """{"union", "picks" (since creation), "last" (|U| / k of the last sparse
+        step), "min" (the smallest)}, or None before any sparse all-reduce step."""
+        if self.support is None or int(self.support["total_picks"].numpy()) == 0:
+            return None
+        v = {k: var.numpy() for k, var in self.support.items()}
+        return {"union": int(v["total_union"]), "picks": int(v["total_picks"]),
+                "last": int(v["last_union"]) / max(int(v["last_picks"]), 1),
+                "min": float(v["min_ratio"])}
 
     def received_totals(self):
         """(bytes received in the last exchange of every key, summed; bytes

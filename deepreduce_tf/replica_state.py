@@ -280,9 +280,13 @@ class _DeepReduceState:
         sent = sum(s for s, _ in pairs) / len(pairs)
         dense = sum(d for _, d in pairs) / len(pairs)
         received = sum(c.ledger.received_totals()[0] for c in comps) / len(comps)
-        return {"dense_bytes": int(round(dense)), "sent_bytes": int(round(sent)),
-                "received_bytes": int(round(received)),
-                "ratio": dense / sent if sent else 0.0, "replicas": len(pairs)}
+        out = {"dense_bytes": int(round(dense)), "sent_bytes": int(round(sent)),
+               "received_bytes": int(round(received)),
+               "ratio": dense / sent if sent else 0.0, "replicas": len(pairs)}
+        support = comps[0].ledger.support_totals()
+        if support is not None:  # the same U on every replica
+            out["support"] = support["last"]
+        return out
 
     def totals(self):
         """Cumulative bytes per replica (mean over this process's replicas)
@@ -294,10 +298,15 @@ class _DeepReduceState:
         pairs = [c.ledger.running_totals() for c in comps]
         steps = [int(v.numpy()) for v in self.state.exchanges.values()]
         received = sum(c.ledger.received_totals()[1] for c in comps) / len(comps)
-        return {"dense_bytes": int(round(sum(d for _, d in pairs) / len(pairs))),
-                "sent_bytes": int(round(sum(s for s, _ in pairs) / len(pairs))),
-                "received_bytes": int(round(received)),
-                "steps": max(steps) if steps else 0}
+        out = {"dense_bytes": int(round(sum(d for _, d in pairs) / len(pairs))),
+               "sent_bytes": int(round(sum(s for s, _ in pairs) / len(pairs))),
+               "received_bytes": int(round(received)),
+               "steps": max(steps) if steps else 0}
+        support = comps[0].ledger.support_totals()
+        if support is not None:  # a sparse all-reduce: |U| and k since creation, min |U|/k
+            out.update(support_union=support["union"], support_picks=support["picks"],
+                       support_min=support["min"])
+        return out
 
     def byte_tensors(self):
         """step_bytes() and totals() as tensors, for TF1 graphs run by a

@@ -43,14 +43,16 @@ from deepreduce_tf._checks import guarded
 from deepreduce_tf.accounting import ring_received
 from deepreduce_tf.exchange import rounds as rounds_lib
 
-Transfer = collections.namedtuple("Transfer", ["sums", "outcomes", "sent", "received"])
+Transfer = collections.namedtuple("Transfer", ["sums", "outcomes", "sent", "received",
+                                               "support"], defaults=(None,))
 Transfer.__doc__ = """What a communicator's rounds() return (and transfer() passes on).
 
 sums: one flat summed vector per bucket, on the transport's reduce device;
 outcomes[r][b]: replica r's exchange.Outcome of bucket b (what its memory
 keeps, its ledger records); sent[r], received[r]: lists of (key, bytes) to
 record for replica r beyond the buckets' own (a batch container, the bytes
-received from the others)."""
+received from the others); support: (|U|, k) of a sparse all-reduce step
+(0, 0 on a dense one), recorded by every replica (None: not one)."""
 
 
 class Communicator(abc.ABC):
@@ -162,6 +164,8 @@ class Communicator(abc.ABC):
                     effects += ex.record_bytes(key, nbytes)
                 for key, nbytes in result.received[r]:
                     effects += ex.record_received(key, nbytes)
+                if result.support is not None:
+                    effects += ex.record_support(*result.support)
         if not effects:
             return list(result.sums)
         with tf.device(transport.reduce_device):

@@ -430,6 +430,12 @@ class Exchange(tf.Module):
             return []
         return [op for op in self.ledger.record_received(key, nbytes) or () if op is not None]
 
+    def record_support(self, union, picks):
+        """Records a sparse all-reduce step's support |U| and k."""
+        if self.ledger is None:
+            return []
+        return [op for op in self.ledger.record_support(union, picks) or () if op is not None]
+
     # ----------------------------------------------------- the step's ends
     def prepare_dense(self, key, rest):
         """(rest, nonfinite, deps): a dense section (tensors below min_size)

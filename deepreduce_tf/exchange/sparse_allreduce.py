@@ -164,7 +164,12 @@ class SparseAllreduce(Communicator):
             dense.append(meta[5] > 0)
         any_dense = tf.reduce_any(tf.stack(dense))
         union = tf.unique(tf.concat(parts, 0), out_idx=tf.int64)[0]
-        return tf.cond(any_dense, lambda: tf.range(n, dtype=tf.int64), lambda: union)
+        # |U| and k (the positions the replicas picked) for the accounting:
+        # 0, 0 on a dense step
+        picks = tf.add_n([tf.size(p, out_type=tf.int64) for p in parts])
+        size = (tf.where(any_dense, tf.constant(0, tf.int64), tf.size(union, out_type=tf.int64)),
+                tf.where(any_dense, tf.constant(0, tf.int64), picks))
+        return tf.cond(any_dense, lambda: tf.range(n, dtype=tf.int64), lambda: union), size
 
     # ------------------------------------------------------------ the step
     def rounds(self, group, exchanges, plan, prepared, keys):
@@ -181,14 +186,15 @@ class SparseAllreduce(Communicator):
                     payloads[r].append(self._positions_payload(
                         ex.compressor, plan.buckets[b], prepared[r][b], R,
                         self._config(ex.compressor, plan.buckets[b], R)))
-        supports = {}
+        supports, support_sizes = {}, []
         if sparse:
             key = "sparse_allreduce/" + "|".join(keys)
             received = yield GatherParts(payloads, key)  # received[j][r]
             with tf.device(group.reduce_device):
                 for j, b in enumerate(sparse):
-                    supports[b] = self._support(
+                    supports[b], size = self._support(
                         head, plan.buckets[b], received[j], prepared[0][b].step, configs[b])
+                    support_sizes.append(size)
                 gathered = [[self.gathered(received[j], [p[j] for p in payloads])[r]
                              for j in range(len(sparse))] for r in range(len(exchanges))]
             copies = {}
@@ -243,4 +249,9 @@ class SparseAllreduce(Communicator):
                     got.append(got_b)
                 received_bytes.append([(f"{self.name}/" + "|".join(keys), tf.add_n(got))])
             outcomes.append(outs)
-        return Transfer(sums, outcomes, [[] for _ in exchanges], received_bytes)
+        support = None
+        if support_sizes:
+            with tf.device(group.reduce_device):
+                support = (tf.add_n([u for u, _ in support_sizes]),
+                           tf.add_n([k for _, k in support_sizes]))
+        return Transfer(sums, outcomes, [[] for _ in exchanges], received_bytes, support)

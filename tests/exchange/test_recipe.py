@@ -27,6 +27,22 @@ def topk_ref(v, k):
     return np.sort(order[:k])
 
 
+def dgc_reference(u, v, g, momentum, k, masking=True):
+    """One step of DGC's momentum correction (Lin et al. 2018) in float32
+    numpy: u <- m u + g, v <- v + u; the k entries of v largest in magnitude
+    (topk_ref) are sent and zeroed in v, and in u too with factor masking.
+    Returns (sent, positions, u, v); the inputs are left as they were."""
+    u = np.float32(momentum) * u + g
+    v = v + u
+    sel = topk_ref(v, k)
+    sent = np.zeros(v.size, np.float32)
+    sent[sel] = v[sel]
+    v[sel] = 0.0
+    if masking:
+        u[sel] = 0.0  # factor masking
+    return sent, sel, u, v
+
+
 def step(comp, g, name="w"):
     payload, ctx = comp.compress(tf.constant(g), name=name)
     return comp.decompress(payload, ctx).numpy()
@@ -41,14 +57,7 @@ def test_momentum_correction_with_factor_masking_matches_numpy(rng, masking):
     for _ in range(6):
         g = rng.standard_normal(N).astype(np.float32)
         got = step(comp, g)
-        u = np.float32(m) * u + g
-        v = v + u
-        sel = topk_ref(v, k)
-        want = np.zeros(N, np.float32)
-        want[sel] = v[sel]
-        v[sel] = 0.0
-        if masking:
-            u[sel] = 0.0  # factor masking
+        want, sel, u, v = dgc_reference(u, v, g, m, k, masking)
         np.testing.assert_array_equal(np.flatnonzero(got), sel)
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(comp.memory.residual("w").numpy(), v, rtol=1e-5, atol=1e-6)
@@ -109,19 +118,12 @@ def test_schedule_scales_each_step_before_error_feedback(rng, memory):
                                            names=["big", "small"])
         got_big, got_small = [x.numpy() for x in comp.decompress_batch(payload, ctx)]
         if memory == "dgc":
-            u = np.float32(m) * u + scale * big
-            v = v + u
+            want, _, u, v = dgc_reference(u, v, scale * big, m, k)
             u_small = np.float32(m) * u_small + scale * small
             want_small = u_small
-        else:
-            v = v + scale * big
+        else:  # error feedback alone: DGC's step without momentum
+            want, _, _, v = dgc_reference(u, v, scale * big, 0.0, k)
             want_small = scale * small
-        sel = topk_ref(v, k)
-        want = np.zeros(N, np.float32)
-        want[sel] = v[sel]
-        v[sel] = 0.0
-        if memory == "dgc":
-            u[sel] = 0.0
         np.testing.assert_allclose(got_big, want, rtol=1e-5, atol=1e-6, err_msg=f"step {t}")
         np.testing.assert_allclose(got_small, want_small, rtol=1e-5, atol=1e-6)
         got_solo = step(comp, solo, name="solo")  # one small tensor: its own counter
@@ -265,10 +267,14 @@ def test_bench_flag_schedule_moves_the_learning_rate_schedule_into_the_exchange(
     given = _resolve(["--memory=dgc", "--schedule=cosine", "--schedule_steps=7",
                       "--data_name=synthetic"])
     assert given.params["schedule_steps"] == 7
+    # --num_epochs: the steps of the epochs (10,000 synthetic images at 2 x 32: 157 + 2)
+    epochs = _resolve(["--memory=dgc", "--schedule=cosine", "--num_epochs=1",
+                       "--data_name=synthetic"])
+    assert epochs.params["schedule_steps"] == 2 + 157
     from deepreduce_bench import flags as bench_flags
-    with pytest.raises(bench_flags.ConfigError, match="--num_epochs needs --schedule_steps"):
+    with pytest.raises(bench_flags.ConfigError, match="--num_epochs=1: the run's steps depend"):
         _resolve(["--memory=dgc", "--schedule=cosine", "--num_epochs=1",
-                  "--data_name=synthetic"])
+                  "--data_name=fashion_mnist", "--data_dir=/nonexistent"])
 
 
 def test_bench_flags_refuse_dgc_with_adam():
@@ -332,14 +338,7 @@ def test_whole_bucket_topk_with_dgc_warmup_and_small_tensors_matches_numpy(rng, 
         frac = min(t - 1, warm) / warm
         want_ratio = 0.25 * (ratio / 0.25) ** frac if t <= warm else ratio
         k = min(n, max(1, math.ceil(want_ratio * n)))
-        u = np.float32(m) * u + g
-        v = v + u
-        sel = topk_ref(v, k)
-        want = np.zeros(n, np.float32)
-        want[sel] = v[sel]
-        v[sel] = 0.0
-        if masking:
-            u[sel] = 0.0
+        want, sel, u, v = dgc_reference(u, v, g, m, k, masking)
         np.testing.assert_array_equal(np.flatnonzero(got), sel, err_msg=f"step {t}")
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
         assert np.count_nonzero(got[3000:3010]) > 0  # the small tensor is in the selection

@@ -255,3 +255,38 @@ def test_exchange_locally_runs_it(rng):
         want[support] = want[support] + x[support]
     np.testing.assert_array_equal(out[0].numpy(), want)
     assert [h[1].shape[0] for h in handed] == [support.size] * 4  # the summed values
+
+
+@pytest.mark.parametrize("W", [2, 4])
+def test_the_support_is_accounted_against_the_numpy_union(rng, W):
+    """|U| / k: the ledger's union and picks equal the reference's union of
+    the workers' top-(k/W) and the sum of their shares, step by step; the
+    minimum is the smallest step's ratio; a dense warm-up step counts none.
+    No memory, so that a step's x is its gradient."""
+    shapes = [(40, 30), (500,)]
+    exchanges = [dr.from_params(dict(BASE, memory="none", warmup_steps=1)) for _ in range(W)]
+    keys = [f"v{j}" for j in range(len(shapes))]
+    zeros = [[np.zeros(int(np.prod(s)), np.float32) for s in shapes] for _ in range(W)]
+    ratios, unions, picks = [], 0, 0
+    for step in range(4):
+        if step == 2:  # every worker the same gradient: the union shrinks to k / W
+            same = [rng.normal(size=s).astype(np.float32) for s in shapes]
+            grads = [same for _ in range(W)]
+        else:
+            grads = [[rng.normal(size=s).astype(np.float32) for s in shapes] for _ in range(W)]
+        _step(exchanges, grads, keys)
+        if step == 0:  # the dense warm-up step: U is everything, no support counted
+            assert exchanges[0].ledger.support_totals() is None
+            continue
+        _, _, supports = _reference_step(grads, zeros, 0.05, W)
+        u = sum(s.size for s in supports)
+        k = sum(W * _share(int(np.prod(s)), 0.05, W) for s in shapes)
+        unions, picks = unions + u, picks + k
+        ratios.append(u / k)
+        for ex in exchanges:
+            got = ex.ledger.support_totals()
+            assert (got["union"], got["picks"]) == (unions, picks)
+            assert got["last"] == pytest.approx(u / k)
+            assert got["min"] == pytest.approx(min(ratios))
+    assert ratios[1] == pytest.approx(1 / W, rel=0.02)  # identical gradients: U = k / W
+    assert min(ratios[0], ratios[2]) > 0.9  # independent gradients: nearly disjoint picks
