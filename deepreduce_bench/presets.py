@@ -57,6 +57,16 @@ PRESETS = collections.OrderedDict((p.name, p) for p in (
            _TOPK[:-1] + ("--memory=dgc", "--warmup_steps=60", "--warmup=exponential",
                          "--communicator=sparse_allreduce", "--deepreduce=both",
                          "--index=golomb", "--value=fp16")),
+    Preset("sparse_max", "the largest reduction that scales (docs/sparse_allreduce.md): "
+           "max_reduction's recipe (one top-k of 0.25 % over the whole bucket with the small "
+           "tensors, DGC's momentum correction, a 30-step exponential warm-up, the schedule in "
+           "the exchange) summed by the sparse all-reduce: every worker's top-(k/W) golomb "
+           "positions all-gathered, fp16 values at their union all-reduced (bytes per worker "
+           "flat in the number of workers)",
+           ("--exchange=deepreduce", "--compressor=topk", "--compress_ratio=0.0025",
+            "--topk_scope=bucket", "--min_size=1", "--memory=dgc", "--warmup_steps=30",
+            "--warmup=exponential", "--schedule=cosine", "--communicator=sparse_allreduce",
+            "--deepreduce=both", "--index=golomb", "--value=fp16")),
     Preset("powersgd", "PowerSGD (docs/powersgd.md): rank-2 factors P and Q of every "
            "gradient matrix, all-reduced (bytes per worker flat in the number of workers), "
            "error feedback, warm-started Q; vectors and small tensors all-reduced uncompressed",

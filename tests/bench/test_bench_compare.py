@@ -175,7 +175,8 @@ def test_unknown_preset_is_one_usage_line(tmp_path):
     lines = [line for line in err.splitlines() if line.strip()]
     assert lines == ["deepreduce-bench: error: --compare: unknown preset 'zip'; valid presets: "
                      "uncompressed, topk, golomb_qsgd, golomb_qsgd_dgc, max_reduction, "
-                     "bloom_polyfit, lgc_ps, lgc_rar, sparse_allreduce, powersgd, flags"]
+                     "bloom_polyfit, lgc_ps, lgc_rar, sparse_allreduce, sparse_max, powersgd, "
+                     "flags"]
     assert not (tmp_path / "deepreduce_bench_runs").exists()
 
 

@@ -14,7 +14,9 @@ was written by the code before the step's redesign (issue 40: commit
 bytes. It uses only APIs both have. A preset added later (sparse_allreduce,
 2026-12-06; max_reduction, 2026-12-07) was recorded by the commit that added
 it, every earlier entry unchanged; max_reduction again when its configuration
-changed (0.25 % and the schedule, issue 51), alone.
+changed (0.25 % and the schedule, issue 51), alone; sparse_max (issue 62) alone:
+
+    python tests/exchange/golden_bytes.py --only sparse_max --write tests/data/golden_bytes.json
 """
 import argparse
 import json
@@ -33,6 +35,7 @@ OVERRIDES = {
     "powersgd": {"start_iter": 2},
     "sparse_allreduce": {"warmup_steps": 3},
     "max_reduction": {"warmup_steps": 3, "schedule_steps": 5},
+    "sparse_max": {"warmup_steps": 3, "schedule_steps": 5},
 }
 SKIP = ("uncompressed", "flags")  # TensorFlow's own all-reduce; the command line's flags
 # Beyond the presets: the summable all-reduce (random-k positions from the
@@ -101,11 +104,22 @@ def record():
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--write", help="the JSON file to write (default: print)")
+    parser.add_argument("--only", help="record this preset alone; --write then keeps the "
+                                       "file's other entries as they are")
     args = parser.parse_args(argv)
     tf.config.set_logical_device_configuration(
         tf.config.list_physical_devices("CPU")[0],
         [tf.config.LogicalDeviceConfiguration()] * 2)
-    text = json.dumps({"steps": STEPS, "shapes": SHAPES, "presets": record()}, indent=1,
+    if args.only:
+        params = presets()[args.only]
+        entries = {}
+        if args.write:
+            with open(args.write) as f:
+                entries = json.load(f)["presets"]
+        entries[args.only] = {"params": params, "bytes": measure(params, DEVICES)}
+    else:
+        entries = record()
+    text = json.dumps({"steps": STEPS, "shapes": SHAPES, "presets": entries}, indent=1,
                       sort_keys=True)
     if args.write:
         with open(args.write, "w") as f:
