@@ -290,3 +290,28 @@ def test_the_support_is_accounted_against_the_numpy_union(rng, W):
             assert got["min"] == pytest.approx(min(ratios))
     assert ratios[1] == pytest.approx(1 / W, rel=0.02)  # identical gradients: U = k / W
     assert min(ratios[0], ratios[2]) > 0.9  # independent gradients: nearly disjoint picks
+
+
+@pytest.mark.parametrize("W", [2, 3])
+def test_sparse_max_layout_one_topk_over_the_bucket_with_the_small_tensors(rng, W):
+    """sparse_max's selection: topk_scope 'bucket' and min_size 1 put every
+    variable, biases included, in one bucket and one top-(k/W) per worker over
+    all of it; the sum is the numpy sum at the union of the workers' picks."""
+    shapes = [(40, 30), (30,), (300,), (7,)]
+    params = dict(BASE, compress_ratio=0.02, topk_scope="bucket", memory="none")
+    exchanges = [dr.from_params(params) for _ in range(W)]
+    keys = [f"v{j}" for j in range(len(shapes))]
+    sizes = [int(np.prod(s)) for s in shapes]
+    grads = [[rng.normal(size=s).astype(np.float32) for s in shapes] for _ in range(W)]
+    out = _step(exchanges, grads, keys)
+    flat = [np.concatenate([np.ravel(g) for g in gs]) for gs in grads]
+    n = flat[0].size
+    support = np.unique(np.concatenate([sref.top_k(x, _share(n, 0.02, W))[0] for x in flat]))
+    total = np.zeros(n, np.float32)
+    total[support] = np.sum([x[support] for x in flat], axis=0)
+    expected = np.split(total, np.cumsum(sizes)[:-1])
+    for o in out:
+        for got, want in zip(o, expected):
+            np.testing.assert_allclose(np.ravel(got), want, rtol=1e-6, atol=1e-6)
+    got = exchanges[0].ledger.support_totals()
+    assert (got["union"], got["picks"]) == (support.size, W * _share(n, 0.02, W))
