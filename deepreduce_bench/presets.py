@@ -4,8 +4,9 @@
 
 A preset is a name, a one-line description and the compression flags it
 stands for ('flags' stands for the compression flags of the command line).
-flags.py checks --compare against PRESETS and picks default_presets(); compare.py
-runs them. Plain data: this module imports nothing of deepreduce-bench.
+flags.py checks --compare against PRESETS and picks default_presets() (from
+the accuracy table, deepreduce_tf.scaling_measured); compare.py runs them.
+Plain data: this module imports nothing of deepreduce-bench.
 """
 import collections
 
@@ -74,18 +75,37 @@ PRESETS = collections.OrderedDict((p.name, p) for p in (
     Preset("flags", "the configuration of this command line's compression flags "
            "(--compressor, --index, --value, ...)", None),
 ))
-# The recommended configuration: with momentum SGD (the ResNets) DGC's recipe,
-# which keeps the dense accuracy at 60x fewer bytes (docs/benchmarks.md); with
-# other optimizers (ncf's Adam) momentum correction does not apply.
-RECOMMENDED = "golomb_qsgd_dgc"
+# Without flags, a comparison runs uncompressed against the preset of the
+# largest reduction that holds (docs/benchmarks.md#when-a-configuration-holds)
+# on ResNet-20 in the project's accuracy table (its decided rows, the claims
+# job first); FALLBACK where none holds. Optimizers other than momentum SGD
+# (ncf's Adam) take golomb_qsgd: DGC's momentum correction does not apply.
+FALLBACK = "golomb_qsgd_dgc"
 RECOMMENDED_WITHOUT_MOMENTUM = "golomb_qsgd"
+
+
+def largest_that_holds(model="resnet20", workers=2):
+    """(preset, its accuracy-table row) of the largest reduction among the
+    presets that hold on `model` at `workers`, or (None, None)."""
+    from deepreduce_tf.scaling_measured import accuracy_figure  # the table; no TensorFlow
+
+    best = (None, None)
+    for name in PRESETS:
+        figure = accuracy_figure(model, name, workers)
+        if figure is None or figure["verdict"] != "holds":
+            continue
+        row = figure["row"]
+        if best[1] is None or (row["reduction"] or 0) > (best[1]["reduction"] or 0):
+            best = (name, row)
+    return best
 
 
 def default_presets(optimizer):
     """The comparison deepreduce-bench runs without flags: uncompressed against
-    the recommended configuration for this optimizer."""
-    return ("uncompressed",
-            RECOMMENDED if optimizer == "momentum" else RECOMMENDED_WITHOUT_MOMENTUM)
+    the largest reduction that holds (momentum SGD), else golomb_qsgd."""
+    if optimizer != "momentum":
+        return ("uncompressed", RECOMMENDED_WITHOUT_MOMENTUM)
+    return ("uncompressed", largest_that_holds()[0] or FALLBACK)
 
 
 def names_text():

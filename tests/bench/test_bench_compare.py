@@ -18,6 +18,7 @@ from deepreduce_bench import data, models
 from deepreduce_bench import compare
 from deepreduce_bench import flags as bench_flags
 from deepreduce_bench import report
+from deepreduce_bench.presets import PRESETS
 from test_bench_cli import bench, fake_fashion_mnist  # noqa: F401 (a fixture)
 
 # Trains models, starts worker processes or runs Flower (minutes):
@@ -55,9 +56,31 @@ def png_size(path):
 # ---------------------------------------------------------------------------
 # Which runs a command line asks for (in process)
 
+def _largest_that_holds():
+    """The accuracy table read independently: per preset its decided rows
+    (5 fresh seeds or more) of ResNet-20, the claims job's first; of the
+    presets whose row holds, the one of the largest reduction."""
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "results",
+                           "accuracy.json")) as f:
+        table = json.load(f)
+    order = ["claims", "main_600", "main_600_2k"]
+    best = None
+    for name in PRESETS:
+        rows = sorted((r for r in table["rows"] if r["configuration"] == name
+                       and r["model"] == "resnet20" and r["n"] >= 5 and r["job"] in order),
+                      key=lambda r: (order.index(r["job"]), abs(r["workers"] - 2)))
+        if rows and rows[0]["verdict"] == "holds" and (
+                best is None or rows[0]["reduction"] > best[1]):
+            best = (name, rows[0]["reduction"])
+    return best[0] if best else "golomb_qsgd_dgc"
+
+
+DEFAULT = _largest_that_holds()
+
+
 def test_no_compression_flag_is_the_default_comparison():
     config = resolve([])
-    assert config.compare == ("uncompressed", "golomb_qsgd_dgc")  # resnet20: momentum SGD
+    assert config.compare == ("uncompressed", DEFAULT)  # resnet20: momentum SGD
     assert config.eval and config.num_batches == bench_flags.COMPARE_STEPS
     assert config.lr_schedule == "cosine"
     assert config.train_dir == "deepreduce_bench_runs"
@@ -186,10 +209,10 @@ def test_default_comparison_end_to_end(tmp_path, fake_fashion_mnist):
     out_dir = tmp_path / "deepreduce_bench_runs"
     combined = json.loads((out_dir / "compare.json").read_text())
     assert combined["kind"] == "comparison" and combined["baseline"] == "uncompressed"
-    assert [r["preset"] for r in combined["runs"]] == ["uncompressed", "golomb_qsgd_dgc"]
+    assert [r["preset"] for r in combined["runs"]] == ["uncompressed", DEFAULT]
     assert combined["settings"]["timed_steps"] == 2 and combined["settings"]["seed"] == 0
     assert combined["table"] in out
-    assert "[1/2] uncompressed:" in err and "[2/2] golomb_qsgd_dgc:" in err
+    assert "[1/2] uncompressed:" in err and f"[2/2] {DEFAULT}:" in err
     assert combined["data_source"] == f"fashion-mnist:{fake_fashion_mnist[data.ENV_VAR]}"
 
     runs = {}
@@ -206,7 +229,7 @@ def test_default_comparison_end_to_end(tmp_path, fake_fashion_mnist):
         assert entry["eval_history"][-1]["accuracy"] == results["metrics"]["accuracy"]
         assert results["eval"]["eval_examples"] == 20
         assert [h["step"] for h in results["history"]] == [1, 2, 3]  # every step
-    base, comp = runs["uncompressed"], runs["golomb_qsgd_dgc"]
+    base, comp = runs["uncompressed"], runs[DEFAULT]
     assert base["config"]["exchange"] == "tf" and comp["config"]["exchange"] == "deepreduce"
     assert base["environment"]["strategy"] == comp["environment"]["strategy"] == (
         "MirroredStrategy")
