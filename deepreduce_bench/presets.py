@@ -63,7 +63,7 @@ PRESETS = collections.OrderedDict((p.name, p) for p in (
            "tensors, DGC's momentum correction, a 30-step exponential warm-up, the schedule in "
            "the exchange) summed by the sparse all-reduce: every worker's top-(k/W) golomb "
            "positions all-gathered, fp16 values at their union all-reduced (bytes per worker "
-           "flat in the number of workers)",
+           "flat in the number of workers); its accuracy is not established yet",
            ("--exchange=deepreduce", "--compressor=topk", "--compress_ratio=0.0025",
             "--topk_scope=bucket", "--min_size=1", "--memory=dgc", "--warmup_steps=30",
             "--warmup=exponential", "--schedule=cosine", "--communicator=sparse_allreduce",
