@@ -59,6 +59,8 @@ def candidates(model, gpus):
         rows.append(("max_reduction hierarchical", "max_reduction", True))
         rows.append(("sparse_allreduce flat", "sparse_allreduce", False))
         rows.append(("sparse_allreduce hierarchical", "sparse_allreduce", True))
+        rows.append(("sparse_max flat", "sparse_max", False))
+        rows.append(("sparse_max hierarchical", "sparse_max", True))
         rows.append(("lgc_rar", "lgc_rar", False))
         rows += [(f"powersgd rank {r}", f"powersgd_r{r}", False) for r in POWERSGD_RANKS]
     return rows

@@ -49,6 +49,8 @@ import os
 
 # What the project measured (accuracy, steps to the target): the predictions read it.
 from deepreduce_tf.scaling_measured import RESNET20_STEPS_RATIO, accuracy_figure
+# The variable shapes of the benchmark models (re-exported).
+from deepreduce_tf.scaling_shapes import gpt_shapes, resnet20_shapes, resnet50_shapes  # noqa: F401
 
 # Tensors with fewer elements travel dense in the bucket's dense section
 # (the compressor's min_size default, deepreduce_tf/compressor.py).
@@ -65,51 +67,6 @@ PROFILE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "profiles
 class ScalingError(ValueError):
     """A model, profile, link or count the cost model cannot use; the message
     says which and why."""
-
-
-# --------------------------------------------------------------------------
-# Model layouts: the variable shapes of the benchmark models.
-
-def resnet20_shapes(num_classes=10):
-    """deepreduce_bench.models.resnet20: 3 stages of 3 basic blocks; every conv
-    has no bias and is followed by batch norm (gamma, beta); identity
-    shortcuts are padded, parameter-free. 59 tensors, 269,722 elements."""
-    shapes = [(3, 3, 3, 16), (16,), (16,)]
-    cin = 16
-    for filters in (16, 32, 64):
-        for _ in range(3):
-            shapes += [(3, 3, cin, filters), (filters,), (filters,),
-                       (3, 3, filters, filters), (filters,), (filters,)]
-            cin = filters
-    return shapes + [(64, num_classes), (num_classes,)]
-
-
-def resnet50_shapes(num_classes=1000):
-    """ResNet-50 v1.5 (deepreduce_bench.models.resnet50, torchvision's layout):
-    161 tensors, 25,557,032 elements."""
-    shapes = [(7, 7, 3, 64), (64,), (64,)]
-    cin = 64
-    for width, blocks in ((64, 3), (128, 4), (256, 6), (512, 3)):
-        for b in range(blocks):
-            shapes += [(1, 1, cin, width), (width,), (width,),
-                       (3, 3, width, width), (width,), (width,),
-                       (1, 1, width, 4 * width), (4 * width,), (4 * width,)]
-            if b == 0:
-                shapes += [(1, 1, cin, 4 * width), (4 * width,), (4 * width,)]
-            cin = 4 * width
-    return shapes + [(2048, num_classes), (num_classes,)]
-
-
-def gpt_shapes(layers=24, width=2048, vocab=50257, context=2048):
-    """The GPT-style 1.3 B layout of benchmarks/cuda/step_throughput.cu: token
-    and position embeddings, per block LayerNorm, qkv, projection, LayerNorm,
-    4x MLP (with biases), a final LayerNorm. 292 tensors, 1,315,723,264."""
-    shapes = [(vocab, width), (context, width)]
-    for _ in range(layers):
-        shapes += [(width,), (width,), (width, 3 * width), (3 * width,),
-                   (width, width), (width,), (width,), (width,),
-                   (width, 4 * width), (4 * width,), (4 * width, width), (width,)]
-    return shapes + [(width,), (width,)]
 
 
 def _numel(shape):
@@ -322,16 +279,25 @@ def lgc_rar_bytes(shapes, density=DENSITY, latent_channels=4):
     return 4 * small + 4 * math.ceil(k * latent_channels / 16) + HEADER_BYTES_PER_BUCKET
 
 
-def sparse_allreduce_parts(shapes, parties, density=DENSITY):
+def sparse_allreduce_parts(shapes, parties, density=DENSITY, whole_bucket=False):
     """(q, v): the bytes of one party's positions payload (its top-(k/P)
     positions per variable, Golomb-coded at density/P, and the header) and of
     the vector every party sums (fp16 values at the union, counted as its
-    bound k, and the dense section in float32)."""
-    k, small, _ = split_sections(shapes, density)
-    share, _, _ = split_sections(shapes, density / parties)
+    bound k, and the dense section in float32). whole_bucket (sparse_max):
+    one top-k over every element, small tensors included (min_size 1)."""
+    if whole_bucket:
+        n = sum(_numel(s) for s in shapes)
+        k, small, share = topk_k(n, density), 0, topk_k(n, density / parties)
+    else:
+        k, small, _ = split_sections(shapes, density)
+        share, _, _ = split_sections(shapes, density / parties)
     q = (math.ceil(share * golomb_bits_per_index(density / parties) / 8)
          + HEADER_BYTES_PER_BUCKET * buckets(shapes))
     return q, 2 * k + 4 * small
+
+
+# The sparse all-reduce's presets: (density, one top-k over the whole bucket).
+SPARSE_ALLREDUCE = {"sparse_allreduce": (DENSITY, False), "sparse_max": (0.0025, True)}
 
 
 def config_bytes(model, config):
@@ -355,8 +321,8 @@ def config_bytes(model, config):
         return powersgd_bytes(shapes, int(config[len("powersgd_r"):])), "computed"
     if config == "lgc_rar":
         return lgc_rar_bytes(shapes), "computed"
-    if config == "sparse_allreduce":  # with 2 workers, as measured_bytes
-        return sum(sparse_allreduce_parts(shapes, 2)), "computed"
+    if config in SPARSE_ALLREDUCE:  # with 2 workers, as measured_bytes
+        return sum(sparse_allreduce_parts(shapes, 2, *SPARSE_ALLREDUCE[config])), "computed"
     raise ScalingError(f"unknown configuration {config!r}")
 
 
@@ -528,6 +494,8 @@ class Profile:
             key = f"{config}@{model.name}"
         elif key not in self.codecs and key.startswith("powersgd"):
             key = "powersgd"
+        elif key not in self.codecs and key == "sparse_max":  # the same sender and decoder
+            key = "sparse_allreduce"
         if key not in self.codecs:
             raise ScalingError(f"profile {self.name!r}: no codec costs for {config!r} "
                                f"(has {', '.join(sorted(self.codecs))})")
@@ -642,18 +610,19 @@ def predict(profile, model, config, workers, link, gpus=1, hierarchical=False,
         step.payloads = 1
         received = ring_received(wire, n)
         step.exchange = link.transfer(received, idle=_idle(step)) + 2 * (n - 1) * link.latency
-    elif config == "sparse_allreduce":
+    elif config in SPARSE_ALLREDUCE:
         parties = _hierarchical_local(step, profile, elements, workers, gpus, hierarchical)
         if model.shapes is None:
-            raise ScalingError(f"model {model.name!r}: sparse_allreduce needs the variable "
+            raise ScalingError(f"model {model.name!r}: {config} needs the variable "
                                "shapes (its bytes depend on the number of workers)")
-        q, v = sparse_allreduce_parts(model.shapes, parties)
+        layout = SPARSE_ALLREDUCE[config]
+        q, v = sparse_allreduce_parts(model.shapes, parties, *layout)
         # Bytes one worker sends, given (an accounted row, at this W) or
         # measured (2 workers), scale the computed parts.
         scale = 1.0
         if source != "computed":
             at = parties if source == "given" else 2
-            scale = nbytes / float(sum(sparse_allreduce_parts(model.shapes, at)))
+            scale = nbytes / float(sum(sparse_allreduce_parts(model.shapes, at, *layout)))
         scale *= float(profile.link["wire_overhead"])
         q, v = q * scale, v * scale
         step.bytes_sent = (q + v) / float(profile.link["wire_overhead"])

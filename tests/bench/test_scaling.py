@@ -5,6 +5,7 @@ command's answers on a fixed profile, refusals, the validation against the
 recorded shaped-link runs, and a seconds-long --measure_profile."""
 import copy
 import json
+import math
 import os
 import subprocess
 import sys
@@ -443,3 +444,22 @@ def test_a_faster_configuration_outside_the_tolerance_is_named_apart(fixed):
     assert f"outside the accuracy tolerance: {fastest['label']} (" in text
     _, loose = cli.answer(fixed, model, 64, 8, gbit(1), tolerance=10.0)
     assert loose.startswith(f"{fastest['label']} wins")
+
+
+def test_sparse_max_bytes_stay_flat_in_the_number_of_workers():
+    """sparse_max in the cost model: one top-k of 0.25 % over all of
+    ResNet-20's 269,722 elements (675 values of 2 bytes summed), each of W
+    workers' top-(k/W) positions Golomb-coded; what a worker receives at W = 8
+    is less than twice W = 2's (the all-gather's grows 7-fold)."""
+    shapes = scaling.get_model("resnet20").shapes
+    received = {}
+    for W in (2, 8):
+        q, v = scaling.sparse_allreduce_parts(shapes, W, 0.0025, whole_bucket=True)
+        assert v == 2 * 675
+        share = math.ceil(0.0025 / W * 269_722)
+        assert q == (math.ceil(share * scaling.golomb_bits_per_index(0.0025 / W) / 8)
+                     + scaling.HEADER_BYTES_PER_BUCKET * scaling.buckets(shapes))
+        received[W] = scaling.allgather_received(q, W) + scaling.ring_received(v, W)
+    assert received[8] < 2 * received[2]
+    assert scaling.config_bytes(scaling.get_model("resnet20"), "sparse_max")[0] == sum(
+        scaling.sparse_allreduce_parts(shapes, 2, 0.0025, whole_bucket=True))
