@@ -64,11 +64,12 @@ def _seeds(a, b):
 
 
 def _row(configuration, job, runs, choosing, fresh, workers=2, label=None, baseline_runs=None,
-         baseline_label="uncompressed", where=None, note=""):
+         baseline_label="uncompressed", where=None, baseline_where=None, note=""):
     return {"configuration": configuration, "job": job, "workers": workers, "runs": runs,
             "label": label or configuration, "baseline_runs": baseline_runs or runs,
-            "baseline_label": baseline_label, "where": where or {}, "choosing": choosing,
-            "fresh": fresh, "note": note}
+            "baseline_label": baseline_label, "where": where or {},
+            "baseline_where": (where or {}) if baseline_where is None else baseline_where,
+            "choosing": choosing, "fresh": fresh, "note": note}
 
 
 CLAIMS_W2 = "claims_resnet20_3ep_w2.json"
@@ -99,6 +100,12 @@ ROWS = [
     _row("golomb_qsgd", "main_600_2k", ["link_tta_resnet20.json"], _seeds(0, 2), [],
          where={"link": "unshaped"}),
     _row("topk", "main_600_2k", ["link_tta_resnet20.json"], [0], [], where={"link": "unshaped"}),
+    # sparse_max (issue "Eight workers"), seed 0 at 2 and 8 replicas (same global batch).
+    _row("sparse_max", "main_600", ["sparse_max_resnet20_600_s0.json"], [0], [],
+         where={"workers": 2}, baseline_runs=["max_reduction_resnet20_600_test10k.json"],
+         baseline_where={}),
+    _row("sparse_max", "main_600", ["sparse_max_resnet20_600_s0.json"], [0], [], workers=8,
+         where={"workers": 8}),
     _row("golomb_qsgd", "ncf_1epoch", ["link_tta_ncf.json"], [0], [], where={"link": "unshaped"}),
     _row("topk", "ncf_1epoch", ["link_tta_ncf.json"], [0], [], where={"link": "unshaped"}),
 ]
@@ -140,7 +147,7 @@ def build_row(spec, root=ROOT):
     for name in spec["runs"]:
         runs.update(entries(name, spec["label"], spec["where"], root))
     for name in spec["baseline_runs"]:
-        base.update(entries(name, spec["baseline_label"], spec["where"], root))
+        base.update(entries(name, spec["baseline_label"], spec["baseline_where"], root))
     acc = {s: v[0] for s, v in runs.items() if v[0] is not None}
     base_acc = {s: v[0] for s, v in base.items() if v[0] is not None}
     fresh = claims.paired_summary({s: acc[s] for s in spec["fresh"] if s in acc}, base_acc)
