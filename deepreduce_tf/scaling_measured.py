@@ -29,10 +29,10 @@ def accuracy_table(path=ACCURACY_TABLE):
 def accuracy_figure(model, config, workers=2, path=ACCURACY_TABLE):
     """What the table says of `config`'s accuracy on `model` for `workers`.
 
-    The row chosen: one with measured seeds, a decided verdict first, of the
-    highest-ranked job (JOB_RANK), at the number of workers nearest `workers`
-    (the larger on a tie); its fresh seeds' mean if any, else its choosing
-    seeds'.
+    The row chosen: one with measured seeds; a decided verdict first, then
+    the number of workers nearest `workers`, then one with fresh seeds, then
+    the highest-ranked job (JOB_RANK), the larger W on a tie; its fresh seeds'
+    mean if any, else its choosing seeds'.
 
     Returns:
       None (nothing measured), or {"points", "verdict", "note", "row",
@@ -44,9 +44,11 @@ def accuracy_figure(model, config, workers=2, path=ACCURACY_TABLE):
     if not rows:
         return None
 
-    def rank(r):  # a row that decides (5 fresh seeds or more) before one that does not
+    def rank(r):  # a row that decides (5 fresh seeds or more), then the nearest W, then
+        # fresh seeds before choosing ones, then the job
         job = JOB_RANK.index(r["job"]) if r["job"] in JOB_RANK else len(JOB_RANK)
-        return (r["verdict"] == "undecided", job, abs(r["workers"] - workers), -r["workers"])
+        return (r["verdict"] == "undecided", abs(r["workers"] - workers), not r["n"], job,
+                -r["workers"])
 
     row = min(rows, key=rank)
     measured_w = max(r["workers"] for r in rows if r["job"] == row["job"])
