@@ -2,6 +2,7 @@
 initializes them without an initializer (the lowest floor: memory, the byte
 ledger, the transport and the exchange all create variables through it)."""
 import collections
+import contextlib
 import weakref
 
 import tensorflow as tf
@@ -26,6 +27,29 @@ def default_variable_factory(initial_value, name):
     """Creates a residual variable (overridable: tf.distribute needs
     per-replica variables)."""
     return tf.Variable(initial_value, trainable=False, name=name)
+
+
+def _not_lifted(next_creator, **kwargs):
+    # tf.function's own creator (below this one) counts every variable made
+    # with lifting on as one its first call created, and then traces the
+    # function a second time, to run it without creating any.
+    kwargs["experimental_enable_variable_lifting"] = False
+    return next_creator(**kwargs)
+
+
+@contextlib.contextmanager
+def state_scope():
+    """Where the step creates a state variable, lazily, on its first run:
+    under tf.init_scope (eagerly, or in the TF1 graph; never in the graph of
+    a tf.function being traced), with variable lifting off: eagerly the
+    variable is initialized at once (in a TF1 graph, ensure_initialized
+    does it), so a tf.function being traced has nothing to lift out, and a
+    user's tf.function around Exchange.compress traces once instead of twice
+    (and may create the state of a new key in a later trace). Compute the
+    initial value inside the scope too. Other variable creator scopes (a
+    strategy's) still run."""
+    with tf.init_scope(), tf.variable_creator_scope(_not_lifted):
+        yield
 
 
 _INIT_OPS = weakref.WeakKeyDictionary()  # graph -> {id(variable): (guard op, variable)}

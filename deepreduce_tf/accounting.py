@@ -8,7 +8,7 @@ log them (summary()).
 """
 import tensorflow as tf
 
-from deepreduce_tf._variables import default_variable_factory, ensure_initialized
+from deepreduce_tf._variables import default_variable_factory, ensure_initialized, state_scope
 
 
 def ring_received(nbytes, replicas):
@@ -41,14 +41,14 @@ class ByteLedger(tf.Module):
     def _var(self, table, key):
         var = table.get(key)
         if var is None:
-            with tf.init_scope():
+            with state_scope():
                 var = self._factory(tf.constant(0, tf.int64), "bytes")
                 table[key] = var
         return var
 
     def _totals(self):
         if self.total_sent is None:
-            with tf.init_scope():
+            with state_scope():
                 self.total_sent = self._factory(tf.constant(0, tf.int64), "total_sent")
                 self.total_dense = self._factory(tf.constant(0, tf.int64), "total_dense")
 
@@ -80,7 +80,7 @@ class ByteLedger(tf.Module):
         """Records the bytes this replica received from the others in one
         exchange `key`. Returns the update ops (None under eager execution)."""
         if self.total_received is None:
-            with tf.init_scope():
+            with state_scope():
                 self.total_received = self._factory(tf.constant(0, tf.int64), "total_received")
         nbytes = tf.cast(nbytes, tf.int64)
         var = self._var(self.received, key)
@@ -94,7 +94,7 @@ class ByteLedger(tf.Module):
         `picks` = k (what the workers picked; a dense step records 0 and
         changes nothing). Returns the update ops."""
         if self.support is None:
-            with tf.init_scope():
+            with state_scope():
                 self.support = {name: self._factory(tf.constant(0, tf.int64), name) for name in
                                 ("last_union", "last_picks", "total_union", "total_picks")}
                 self.support["min_ratio"] = self._factory(

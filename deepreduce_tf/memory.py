@@ -8,9 +8,10 @@
 
 The residual of each variable is a non-trainable tf.Variable created lazily on
 the first compress of that variable (eagerly or inside tf.function: creation
-is lifted out with tf.init_scope). Memory objects are tf.Modules, so a
-tf.train.Checkpoint that holds them (or the compressor) saves the residuals;
-restoring before the variables exist is deferred until they are created
+is lifted out by _variables.state_scope, and a tf.function around the step
+traces once). Memory objects are tf.Modules, so a tf.train.Checkpoint that
+holds them (or the compressor) saves the residuals; restoring before the
+variables exist is deferred until they are created
 (see deepreduce_tf.state for the exchange's state as a whole).
 """
 import abc
@@ -21,7 +22,7 @@ import sys
 import tensorflow as tf
 
 from deepreduce_tf._variables import (StateVar, default_variable_factory,  # noqa: F401
-                                      ensure_initialized)
+                                      ensure_initialized, state_scope)
 from deepreduce_tf.ops import fusion as fusion_ops
 
 
@@ -159,7 +160,7 @@ class ResidualMemory(Memory):
             if not like.shape.is_fully_defined():
                 raise ValueError(f"residual memory needs a static shape for {key!r}, "
                                  f"got {like.shape}")
-            with tf.init_scope():  # tracked eagerly: a deferred restore assigns at once
+            with state_scope():  # tracked eagerly: a deferred restore assigns at once
                 var = self._factory(tf.zeros(like.shape, like.dtype),
                                     f"residual/{_slot_name(key)}")
                 self.residuals[key] = var
@@ -283,7 +284,7 @@ class MomentumCorrectionMemory(ResidualMemory):
     def _velocity_var(self, table, kind, key, like):
         var = table.get(key)
         if var is None:
-            with tf.init_scope():
+            with state_scope():
                 var = self._factory(tf.zeros(like.shape, like.dtype),
                                     f"{kind}/{_slot_name(key)}")
                 table[key] = var

@@ -30,7 +30,8 @@ import tensorflow as tf
 
 from deepreduce_tf import accounting
 from deepreduce_tf._checks import all_finite, guarded
-from deepreduce_tf._variables import StateVar, default_variable_factory, ensure_initialized
+from deepreduce_tf._variables import (StateVar, default_variable_factory,
+                                      ensure_initialized, state_scope)
 from deepreduce_tf.compressor import (WARMUP_CHOICES, BatchContext, BucketContext, Compressor,
                                       Context, _graph_safe)
 from deepreduce_tf.memory import Memory, NoMemory
@@ -327,7 +328,7 @@ class Exchange(tf.Module):
         """The per-key step counter variable (created on first use)."""
         counter = self.steps.get(key)
         if counter is None:
-            with tf.init_scope():
+            with state_scope():
                 counter = self.variable_factory(tf.constant(0, tf.int64), "step")
                 self.steps[key] = counter
         return counter
