@@ -1,6 +1,6 @@
-"""benchmarks/federated_bench.py: the sampling that makes its configurations
-comparable, and its table."""
-import importlib.util
+"""benchmarks/federated_bench.py and its parts (federated_configs.py,
+federated_tasks.py, federated_report.py): the sampling that makes its
+configurations comparable, and its tables."""
 import json
 import os
 import random
@@ -17,17 +17,12 @@ from flwr.serverapp.strategy import FedAvg  # noqa: E402
 pytestmark = pytest.mark.slow
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SCRIPT = os.path.join(REPO_ROOT, "benchmarks", "federated_bench.py")
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("federated_bench", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-fb = _load()
+# The script imports its parts from its own directory, as when it runs.
+sys.path.insert(0, os.path.join(REPO_ROOT, "benchmarks"))
+import federated_bench as fb  # noqa: E402
+import federated_configs as configs  # noqa: E402
+import federated_report as report  # noqa: E402
+import federated_tasks as tasks  # noqa: E402
 
 
 class Grid:
@@ -85,7 +80,7 @@ def test_table_has_per_node_rows_without_versions():
                 "curve": [{"round": 1, "accuracy": 0.5}]},
                {"config": "golomb_qsgd", "rounds": node_rows, "dense_bytes": dense,
                 "curve": [{"round": 1, "accuracy": 0.49}]}]
-    lines = fb.table(results).splitlines()
+    lines = report.table(results).splitlines()
     cells = [c.strip() for c in lines[2].split("|")]
     # down 100/2000, version '-', up 60/2000, total 160/4000, -1 point.
     assert cells == ["golomb_qsgd", "100", "60", "0.0500", "-", "0.0300", "0.0400", "0.4900",
@@ -179,8 +174,8 @@ def test_local_sgd_steps_once_per_shuffled_minibatch_as_keras_does(two_inputs):
         if two_inputs:  # how the NCF task's model takes (users, items)
             a, b = keras.Input((2,)), keras.Input((3,))
             h = keras.layers.Dense(4, activation="relu")(keras.layers.Concatenate()([a, b]))
-            return fb.compile_model(keras.Model([a, b], keras.layers.Dense(3)(h)), 0.1)
-        return fb.compile_model(keras.Sequential([
+            return tasks.compile_model(keras.Model([a, b], keras.layers.Dense(3)(h)), 0.1)
+        return tasks.compile_model(keras.Sequential([
             keras.Input((5,)), keras.layers.Dense(4, activation="relu"),
             keras.layers.Dense(3)]), 0.1)
 
@@ -193,7 +188,7 @@ def test_local_sgd_steps_once_per_shuffled_minibatch_as_keras_does(two_inputs):
     tf.random.set_seed(5)
     first = float(tf.random.uniform([]))
     tf.random.set_seed(5)
-    fb.LocalSGD(trained)(x, y, batch_size=8, epochs=2, seed=7)
+    tasks.LocalSGD(trained)(x, y, batch_size=8, epochs=2, seed=7)
     # TensorFlow's global seed is left alone (setting it clears the
     # process's kernel and function caches, ~0.1 s per client to rebuild).
     assert float(tf.random.uniform([])) == first
@@ -209,7 +204,7 @@ def test_local_sgd_steps_once_per_shuffled_minibatch_as_keras_does(two_inputs):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     # Another seed shuffles otherwise, and so trains to other weights.
     other = model()
-    fb.LocalSGD(other)(x, y, batch_size=8, epochs=2, seed=8)
+    tasks.LocalSGD(other)(x, y, batch_size=8, epochs=2, seed=8)
     assert not np.allclose(other.get_weights()[0], trained.get_weights()[0])
 
 
@@ -242,7 +237,7 @@ def test_frontier_is_each_compressed_configuration_against_its_reference(tmp_pat
                _record(1, {"fedavg": 0.82, "golomb_qsgd": 0.83}),
                _record(2, {"fedavg": 0.84, "golomb_qsgd": 0.835})]
     # The last 3 evaluations differ by a third of the finals' -1, +1, -0.5.
-    [(label, volume, mean, worst, best, seeds, gaps)] = fb.frontier_points(records)
+    [(label, volume, mean, worst, best, seeds, gaps)] = report.frontier_points(records)
     assert (label, seeds) == ("golomb_qsgd", [0, 1, 2])
     assert gaps == pytest.approx([-1 / 3, 1 / 3, -0.5 / 3])
     assert volume == pytest.approx(160 / 4000)
@@ -260,7 +255,7 @@ def test_frontier_is_each_compressed_configuration_against_its_reference(tmp_pat
     table = capsys.readouterr().out.splitlines()
     assert table[-1] == ("| golomb_qsgd | 0.0400 | 0, 1, 2 | -0.06 | -0.33 (seed 0) | "
                          "+0.33 (seed 1) | 0.67 | 3 of 3 |")
-    assert fb.frontier_table(fb.frontier_points(records), goal=-0.3).endswith("| 2 of 3 |")
+    assert report.frontier_table(report.frontier_points(records), goal=-0.3).endswith("| 2 of 3 |")
 
 
 def test_summary_plot_draws_each_configuration_of_the_lowest_seed(tmp_path, monkeypatch):
@@ -283,16 +278,16 @@ DOCS = os.path.join(REPO_ROOT, "docs", "federated.md")
 
 
 def test_the_aliases_name_configurations_of_the_table():
-    assert set(fb.ALIASES) == {"baseline", "recommended"}
-    for alias, config in fb.ALIASES.items():
-        assert alias not in fb.CONFIGS and config in fb.CONFIGS
-        assert fb.resolve(alias) == config
-    assert fb.CONFIGS[fb.resolve("baseline")] is None  # uncompressed
-    assert fb.CONFIGS[fb.resolve("recommended")] is not None
-    assert fb.resolve("golomb_qsgd") == "golomb_qsgd"
+    assert set(configs.ALIASES) == {"baseline", "recommended"}
+    for alias, config in configs.ALIASES.items():
+        assert alias not in configs.CONFIGS and config in configs.CONFIGS
+        assert configs.resolve(alias) == config
+    assert configs.CONFIGS[configs.resolve("baseline")] is None  # uncompressed
+    assert configs.CONFIGS[configs.resolve("recommended")] is not None
+    assert configs.resolve("golomb_qsgd") == "golomb_qsgd"
     # The page recommends the configuration the alias names.
     with open(DOCS) as f:
-        assert f"`recommended` → `{fb.ALIASES['recommended']}`" in f.read()
+        assert f"`recommended` → `{configs.ALIASES['recommended']}`" in f.read()
 
 
 def test_the_defaults_are_the_pages_standard_flags():
@@ -329,41 +324,41 @@ def test_aliases_run_their_configuration_and_are_recorded(tmp_path, monkeypatch,
     monkeypatch.setattr(fb, "plot", lambda results, path: None)
     out = tmp_path / "s10.json"
     fb.main(["--configs=baseline,recommended", "--seed=10", f"--out={out}"])
-    assert [c[2] for c in calls] == ["--one=fedavg", f"--one={fb.ALIASES['recommended']}"]
+    assert [c[2] for c in calls] == ["--one=fedavg", f"--one={configs.ALIASES['recommended']}"]
     for c in calls:  # the children get the defaults: no flag but the seed
         assert [a for a in c[3:] if not a.startswith("--seed")] == []
     record = json.loads(out.read_text())
-    assert record["aliases"] == fb.ALIASES
+    assert record["aliases"] == configs.ALIASES
     assert [(r["config"], r["alias"]) for r in record["results"]] == [
-        ("fedavg", "baseline"), (fb.ALIASES["recommended"], "recommended")]
+        ("fedavg", "baseline"), (configs.ALIASES["recommended"], "recommended")]
     assert record["settings"]["rounds"] == 200 and record["settings"]["min_size"] == 100
     capsys.readouterr()
     assert fb.main(["--summarize", str(out)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[2].startswith("| fedavg (baseline) | 1 |")
-    assert lines[3].startswith(f"| {fb.ALIASES['recommended']} (recommended) | 1 | 0.0500 |")
+    assert lines[3].startswith(f"| {configs.ALIASES['recommended']} (recommended) | 1 | 0.0500 |")
 
 
 def test_server_optimizers_name_their_uncompressed_reference():
-    assert fb.split_name("golomb_qsgd") == ("golomb_qsgd", "fedavg")
-    assert fb.split_name("golomb_qsgd@fedavgm") == ("golomb_qsgd", "fedavgm")
-    assert fb.reference_of("golomb_qsgd") == "fedavg"
-    assert fb.reference_of("golomb_qsgd@fedadam") == "fedavg@fedadam"
-    assert fb.reference_of("fedavg@fedavgm") == "fedavg@fedavgm"
+    assert configs.split_name("golomb_qsgd") == ("golomb_qsgd", "fedavg")
+    assert configs.split_name("golomb_qsgd@fedavgm") == ("golomb_qsgd", "fedavgm")
+    assert configs.reference_of("golomb_qsgd") == "fedavg"
+    assert configs.reference_of("golomb_qsgd@fedadam") == "fedavg@fedadam"
+    assert configs.reference_of("fedavg@fedavgm") == "fedavg@fedavgm"
     for name in ("fedavg", "golomb_qsgd2_r22@fedavgm", "fedavg@fedadam", "topk@fedavgm_eff1"):
-        assert fb.known(name), name
+        assert configs.known(name), name
     for name in ("golomb_qsgd@sgd", "nope@fedavgm", "golomb_qsgd@fedavg", "a@fedavgm@fedadam",
                  "golomb_qsgd@"):
-        assert not fb.known(name), name
+        assert not configs.known(name), name
     from flwr.serverapp.strategy import FedAdam, FedAvgM
 
     for server, cls in (("fedavgm", FedAvgM), ("fedavgm_eff1", FedAvgM), ("fedadam", FedAdam)):
-        s = fb.make_strategy(server, fraction_train=0.1, min_train_nodes=10,
+        s = configs.make_strategy(server, fraction_train=0.1, min_train_nodes=10,
                              min_available_nodes=100, fraction_evaluate=0.0)
         assert type(s) is cls and s.fraction_train == 0.1
-        for key, value in fb.SERVERS[server][1].items():
+        for key, value in configs.SERVERS[server][1].items():
             assert getattr(s, key) == value
-    assert type(fb.make_strategy("fedavg")) is FedAvg
+    assert type(configs.make_strategy("fedavg")) is FedAvg
 
 
 def test_unknown_server_optimizers_and_ncf_with_one_are_refused(capsys):
@@ -396,14 +391,14 @@ def test_seeds_table_compares_with_the_same_server_optimizer(tmp_path, capsys):
 def test_the_cosine_schedule_goes_from_lr_to_its_last_share(capsys):
     import math
 
-    assert fb.round_lr(0.05, "constant", 7, 100, 0.1) == 0.05
-    assert fb.round_lr(0.05, "cosine", 1, 100, 0.1) == pytest.approx(0.05)
-    assert fb.round_lr(0.05, "cosine", 100, 100, 0.1) == pytest.approx(0.005)
+    assert tasks.round_lr(0.05, "constant", 7, 100, 0.1) == 0.05
+    assert tasks.round_lr(0.05, "cosine", 1, 100, 0.1) == pytest.approx(0.05)
+    assert tasks.round_lr(0.05, "cosine", 100, 100, 0.1) == pytest.approx(0.005)
     mid = 0.05 * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 49 / 99)))
-    assert fb.round_lr(0.05, "cosine", 50, 100, 0.1) == pytest.approx(mid)
-    lrs = [fb.round_lr(0.05, "cosine", r, 100, 0.0) for r in range(1, 101)]
+    assert tasks.round_lr(0.05, "cosine", 50, 100, 0.1) == pytest.approx(mid)
+    lrs = [tasks.round_lr(0.05, "cosine", r, 100, 0.0) for r in range(1, 101)]
     assert all(a > b for a, b in zip(lrs, lrs[1:])) and lrs[-1] == pytest.approx(0.0, abs=1e-12)
-    assert fb.round_lr(0.05, "cosine", 1, 1, 0.1) == pytest.approx(0.05)  # one round
+    assert tasks.round_lr(0.05, "cosine", 1, 1, 0.1) == pytest.approx(0.05)  # one round
     with pytest.raises(SystemExit):
         fb.main(["--lr_schedule=cosine", "--lr_min_ratio=2"])
     assert "--lr_min_ratio must be in [0, 1]" in capsys.readouterr().err
@@ -432,7 +427,7 @@ def test_summarize_refuses_runs_of_different_setups(tmp_path, capsys):
     # Records of clients trained with Keras' fit (no key) and with LocalSGD
     # shuffle otherwise on one seed: not one setup.
     local = _record(1, {"fedavg": 0.82, "golomb_qsgd": 0.83})
-    local["settings"].update(rounds=100, local_training=fb.LOCAL_TRAINING)
+    local["settings"].update(rounds=100, local_training=report.LOCAL_TRAINING)
     with pytest.raises(SystemExit):
         _summarized_rows(tmp_path, capsys, [constant, local])
     err = capsys.readouterr().err
