@@ -20,17 +20,17 @@ PRESETS = collections.OrderedDict((p.name, p) for p in (
            "strategy's default cross-device ops): the baseline", ("--exchange=tf",)),
     Preset("topk", "top-k 1 % per variable + residual error feedback; raw int32 indices, "
            "float32 values", _TOPK + ("--deepreduce=none",)),
-    Preset("golomb_qsgd", "recommended without momentum SGD: top-k 1 % per variable + residual error feedback, "
-           "golomb indices (lossless), QSGD 7-bit values",
+    Preset("golomb_qsgd", "the default without momentum SGD: top-k 1 % per variable + residual "
+           "error feedback, golomb indices (lossless), QSGD 7-bit values",
            _TOPK + ("--deepreduce=both", "--index=golomb", "--value=qsgd", "--bits=7")),
-    Preset("golomb_qsgd_dgc", "recommended with momentum SGD: golomb_qsgd with DGC's recipe (docs/compressor.md): momentum "
+    Preset("golomb_qsgd_dgc", "golomb_qsgd with DGC's recipe (docs/compressor.md): momentum "
            "correction and factor masking (the optimizer's momentum moves into the "
            "compressor: momentum-SGD models only) and a 60-step exponential warm-up of the "
            "top-k density from 25 %",
            _TOPK[:-1] + ("--memory=dgc", "--warmup_steps=60", "--warmup=exponential",
                          "--deepreduce=both", "--index=golomb", "--value=qsgd", "--bits=7")),
-    Preset("max_reduction", "the largest reduction at dense accuracy on the main job "
-           "(docs/benchmarks.md): one top-k of 0.25 % over the whole bucket, the small tensors "
+    Preset("max_reduction", "the largest reduction that holds dense accuracy (the accuracy "
+           "table, docs/benchmarks.md): one top-k of 0.25 % over the whole bucket, the small tensors "
            "(biases, batch-norm) in it, DGC's recipe with its 60-step exponential warm-up, the "
            "learning-rate schedule applied before error feedback (--schedule=cosine), golomb "
            "indices, QSGD 7-bit values",
