@@ -91,7 +91,10 @@ def largest_that_holds(model="resnet20", workers=2):
 
     best = (None, None)
     for name in PRESETS:
-        figure = accuracy_figure(model, name, workers)
+        try:
+            figure = accuracy_figure(model, name, workers)
+        except OSError:  # a build without the package data (profiles/accuracy.json)
+            return None, None
         if figure is None or figure["verdict"] != "holds":
             continue
         row = figure["row"]

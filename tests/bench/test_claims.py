@@ -205,3 +205,16 @@ def test_a_record_of_another_job_is_refused(tmp_path, monkeypatch):
                                          f"--output_json={tmp_path / 'x' / 'compare.json'}"])
     with pytest.raises(compare.CompareError, match="not a --seeds record"):
         seeds.run_seeds(other, fv_other, stream=None, out=None)
+
+
+def test_the_default_comparison_without_the_accuracy_table(monkeypatch):
+    """A package built without its data (profiles/accuracy.json) still has a
+    default comparison: golomb_qsgd_dgc, the fallback."""
+    from deepreduce_bench import presets
+    from deepreduce_tf import scaling_measured
+
+    def missing(*args, **kwargs):
+        raise FileNotFoundError("profiles/accuracy.json")
+
+    monkeypatch.setattr(scaling_measured, "accuracy_figure", missing)
+    assert presets.default_presets("momentum") == ("uncompressed", presets.FALLBACK)
