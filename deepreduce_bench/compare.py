@@ -29,7 +29,7 @@ import time
 
 from deepreduce_bench import flags as bench_flags
 from deepreduce_bench import report
-from deepreduce_bench.presets import PRESETS
+from deepreduce_bench.presets import lookup
 from deepreduce_bench.runner import CHILD_BOOTSTRAP
 
 # Flags the parent sets for every child itself (or that only the parent reads).
@@ -45,7 +45,7 @@ class CompareError(RuntimeError):
 def preset_args(name, fv):
     """The compression flags of preset `name` (always with an explicit --exchange,
     so the child runs that one configuration)."""
-    preset = PRESETS[name]
+    preset = lookup(name)
     if preset.args is not None:
         return list(preset.args)
     given = bench_flags.given_compression_flags(fv)
@@ -179,7 +179,7 @@ def run_comparison(config, fv, stream=sys.stderr, out=sys.stdout):
         label = f"[{i + 1}/{len(config.compare)}] {name}:"
         wall = _run_child(args, os.path.join(run_dir, "log.txt"), label, stream)
         results = report.load_results(results_path)
-        runs.append({"preset": name, "description": PRESETS[name].description,
+        runs.append({"preset": name, "description": lookup(name).description,
                      "args": args, "results_json": results_path,
                      "log": os.path.join(run_dir, "log.txt"),
                      "tensorboard": os.path.join(run_dir, "logs"), "wall_s": wall,

@@ -215,7 +215,8 @@ def _define_general_flags(fv):
     flags.DEFINE_list("compare", None,
                       "Presets trained one after another (same seed, data and steps; "
                       f"{COMPARE_STEPS} steps by default) and compared in one table and plot "
-                      f"in --train_dir: {presets.names_text()} (docs/cli.md). Default "
+                      f"in --train_dir: {presets.names_text()}; a variant changes flags of "
+                      "one: powersgd+rank=4 (docs/cli.md). Default "
                       f"{','.join(presets.default_presets('momentum'))} "
                       f"({','.join(presets.default_presets('adam'))} without momentum SGD) "
                       "when no compression flag is given.", flag_values=fv)
@@ -518,9 +519,12 @@ def resolve_compare(fv, optimizer):
     names = [n.strip() for n in fv.compare if n.strip()]
     if not names:
         _fail(f"--compare needs at least one preset; valid presets: {presets.names_text()}")
+    resolved = {}
     for name in names:
-        if name not in presets.PRESETS:
-            _fail(f"--compare: unknown preset {name!r}; valid presets: {presets.names_text()}")
+        try:
+            resolved[name] = presets.lookup(name, compression_flag_names())
+        except ValueError as e:
+            _fail(f"--compare: {e}")
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
         _fail(f"--compare names {', '.join(repeated)} more than once")
@@ -533,7 +537,7 @@ def resolve_compare(fv, optimizer):
         _fail(f"{flags_given} configure the 'flags' preset, which --compare={','.join(names)} "
               "does not include: add flags to --compare or drop them")
     for name in names:
-        if optimizer != "momentum" and "--memory=dgc" in (presets.PRESETS[name].args or ()):
+        if optimizer != "momentum" and "--memory=dgc" in (resolved[name].args or ()):
             _fail(f"--compare: preset {name!r} applies DGC's momentum correction, which needs "
                   f"--optimizer=momentum, not {optimizer}; use "
                   f"{presets.default_presets(optimizer)[1]!r} instead")

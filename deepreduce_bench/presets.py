@@ -111,6 +111,43 @@ def default_presets(optimizer):
     return ("uncompressed", largest_that_holds()[0] or FALLBACK)
 
 
+VARIANT = "+"  # "powersgd+rank=4": a preset with some of its flags changed
+
+
+def lookup(name, flag_names=None):
+    """The Preset a --compare name stands for: a preset of PRESETS, or a
+    variant of one, "<preset>+<flag>=<value>[+...]" (its flags with each
+    named one replaced or added: "golomb_qsgd_dgc+schedule=cosine",
+    "powersgd+rank=4"), which runs and is recorded under that name.
+
+    Raises:
+      ValueError: an unknown preset, a change not written flag=value, a flag
+        not in `flag_names` (when given), or a variant of 'flags'.
+    """
+    base, *changes = name.split(VARIANT)
+    if base not in PRESETS:
+        raise ValueError(f"unknown preset {base!r}; valid presets: {names_text()}")
+    preset = PRESETS[base]
+    if not changes:
+        return preset
+    if preset.args is None:
+        raise ValueError(f"{name!r}: 'flags' takes this command line's flags; give them there "
+                         "instead of after '+'")
+    args = list(preset.args)
+    for change in changes:
+        flag, eq, value = change.partition("=")
+        flag = flag.strip().lstrip("-")
+        if not eq or not flag or not value.strip():
+            raise ValueError(f"{name!r}: {change!r} is not flag=value; a variant reads "
+                             f"<preset>+<flag>=<value>, e.g. powersgd+rank=4")
+        if flag_names is not None and flag not in flag_names:
+            raise ValueError(f"{name!r}: --{flag} is not a compression flag; a variant changes "
+                             "a preset's compression flags (deepreduce-bench --help lists them)")
+        args = [a for a in args if not a.startswith(f"--{flag}=")] + [f"--{flag}={value.strip()}"]
+    return Preset(name, f"{base} with " + ", ".join(f"--{c.strip().lstrip('-')}"
+                                                    for c in changes), tuple(args))
+
+
 def names_text():
     """The preset names, comma-separated (for messages)."""
     return ", ".join(PRESETS)

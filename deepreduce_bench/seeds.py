@@ -28,7 +28,6 @@ import sys
 import time
 
 from deepreduce_bench import claims, compare, report
-from deepreduce_bench.presets import PRESETS
 
 KIND = "seeds"
 BASELINE = "uncompressed"

@@ -85,7 +85,8 @@ from deepreduce_tf.wire import (  # noqa: F401 (the format, named here as before
     BATCH_FIELDS, BUCKET_FIELDS, BUCKET_SECTIONS, BatchContext, BucketContext, Context,
     DEFAULT_MIN_SIZE, DTYPE_CODES, F_AUX0, F_AUX1, F_CONFIG, F_COUNT, F_DENSE_N, F_DTYPE, F_INDEX,
     F_K, F_LAYOUT, F_MODE, F_N, F_VALUE, IDENTITY_MISMATCH, KIND_BUCKET, META_FIELDS, MODE_DENSE,
-    MODE_SLICES, MODE_SPARSE, NONFINITE_CHOICES, NUM_SECTIONS, SUMMABLE_WIRE_DTYPES,
+    MODE_SLICES, MODE_SPARSE, NONFINITE_CHOICES, NUM_SECTIONS, SHARED_SCALE_CODECS,
+    SUMMABLE_WIRE_DTYPES,
     SlicesContext, WARMUP_CHOICES, _Encoded, _dense_mode_checks, _fingerprint, _graph_safe, _i64,
     _identity, _key_seed, bucket_record)
 
@@ -406,7 +407,11 @@ class Compressor(FusedCoding, SlicesCoding):
         if self.index_codec.name != "raw":
             problems.append(f"index codec {self.index_codec.name!r} writes bytes, which cannot "
                             "be summed (use deepreduce None or 'value')")
-        if not self.value_codec.additive:
+        if self.value_codec.name in SHARED_SCALE_CODECS:
+            problems.append(f"value codec {self.value_codec.name!r} is summed as integers on a "
+                            "scale the workers share, which only communicator "
+                            "'sparse_allreduce' agrees (use raw, fp16 or bf16 here)")
+        elif not self.value_codec.additive:
             problems.append(f"value codec {self.value_codec.name!r} is not additive (use raw, "
                             "fp16 or bf16)")
         elif self.value_codec.name not in SUMMABLE_WIRE_DTYPES:

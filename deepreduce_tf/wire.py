@@ -62,9 +62,14 @@ plan and one BucketContext per bucket."""
 
 
 # value codec -> the dtype its summable values travel in (None: the
-# gradient's own): the codec table's wire_dtype column.
+# gradient's own): the codec table's wire_dtype column, floats.
 SUMMABLE_WIRE_DTYPES = {name: None if dtype == "gradient" else tf.as_dtype(dtype)
-                        for name, dtype in codec_table.wire_dtypes().items()}
+                        for name, dtype in codec_table.wire_dtypes().items()
+                        if dtype != "shared_int8"}
+# Value codecs summed as integers on a scale the workers share (int8): only
+# the sparse all-reduce, which agrees the scale, sums them.
+SHARED_SCALE_CODECS = tuple(name for name, dtype in codec_table.wire_dtypes().items()
+                            if dtype == "shared_int8")
 
 
 def bucket_record(bucket, payload_bytes):

@@ -14,6 +14,9 @@
            bfloat16 widen exactly; float64 is rounded to float32 first).
   ternary  sparse ternary (STC): a sign bit per value and the mean magnitude
            of each bucket; lossy, biased (error feedback carries the rest).
+  int8     8-bit integers on the values' max |v|, rounded to nearest; lossy.
+           Summable on a scale the workers share: the sparse all-reduce
+           sums the integers (each worker's within +-floor(127 / W)).
 
 All codecs but raw work on float32; the compressor casts. Each codec is a
 row of the codec table (deepreduce_tf/ops/codec_table.py: name, wire id,
@@ -329,6 +332,100 @@ class TernaryValue(ValueCodec):
         signs = tf.reshape(signs, [-1])[:count]
         scale = tf.repeat(means, b)[:count]
         return tf.where(signs > 0, -scale, scale)
+
+
+# ------------------------------------------------ int8 on a shared scale
+INT8_MAX = 127
+LANE_WEIGHTS = (1, 1 << 8, 1 << 16, 1 << 24)  # four 8-bit lanes of an int32 word
+
+
+def int8_levels(workers):
+    """The +-levels each of `workers` workers' codes may take so that their
+    sum fits in 8 bits: floor(127 / workers).
+
+    Raises:
+      ValueError: more than 127 workers (not one level is left each).
+    """
+    if not 1 <= workers <= INT8_MAX:
+        raise ValueError(f"int8 values are summed as 8-bit integers, each of W workers within "
+                         f"+-floor(127 / W): at most {INT8_MAX} workers, got {workers} (use "
+                         "value 'fp16' or 'bf16')")
+    return INT8_MAX // workers
+
+
+def int8_quantize(values, scale, levels):
+    """Codes round(v / scale * levels), int32 in [-levels, levels], of float
+    values with |v| <= scale (a scale >= max |v|); 0 everywhere when scale is
+    0. Rounding to nearest (half to even): deterministic; what it leaves out
+    goes to the residual."""
+    r = tf.math.divide_no_nan(tf.cast(values, tf.float32), tf.cast(scale, tf.float32))
+    r = tf.round(r * float(levels))
+    return tf.cast(tf.clip_by_value(r, -float(levels), float(levels)), tf.int32)
+
+
+def int8_pack(codes):
+    """int32 codes in [-128, 127] -> int32 words of four codes (code j of a
+    word weighted 256^j, two's complement lanes). The sum of packed words is
+    the packed lane-wise sum as long as every lane's sum stays in
+    [-128, 127], which int8_levels guarantees: int32 never overflows
+    (|word| < 128 * 2^24 * 256 / 255 < 2^31)."""
+    codes = tf.reshape(tf.cast(codes, tf.int64), [-1])
+    pad = tf.math.floormod(-tf.size(codes), 4)
+    lanes = tf.reshape(tf.pad(codes, [[0, pad]]), [-1, 4])
+    return tf.cast(tf.reduce_sum(lanes * tf.constant(LANE_WEIGHTS, tf.int64), axis=1), tf.int32)
+
+
+def int8_unpack(words, count):
+    """The first `count` lane values (int32) of int32 words, each lane read
+    as a signed 8-bit number from the lowest: the inverse of int8_pack, and
+    of a sum of packed words whose lane sums fit in 8 bits. Any word unpacks
+    (lanes in [-128, 127], the top one in [-128, 127] as well)."""
+    rest = tf.cast(tf.reshape(words, [-1]), tf.int64)
+    lanes = []
+    for _ in range(3):
+        low = tf.math.floormod(rest + 128, 256) - 128
+        lanes.append(low)
+        rest = (rest - low) // 256
+    lanes.append(rest)
+    return tf.cast(tf.reshape(tf.stack(lanes, axis=1), [-1])[:count], tf.int32)
+
+
+@register("int8", summary="8-bit integers on the values' max |v| (rounded to nearest); summed "
+                          "as integers on a scale the workers share by the sparse all-reduce")
+class Int8Value(ValueCodec):
+    """8-bit symmetric quantization: code round(v / M * 127), M = max |v|.
+    The section: M (little-endian float32), then one signed byte per value;
+    a value decodes to code * M / 127. Error at most M / 254 per value,
+    deterministic (error feedback carries it).
+
+    Under communicator 'sparse_allreduce' the workers share the scale (the
+    largest max |x| of any worker, which travels with the positions) and
+    each sends its codes within +-floor(127 / W), four to an int32 word; the
+    all-reduce sums the words, so the codes are summed exactly, as integers,
+    and one byte per value travels at any W up to 127 (THC, NSDI 2024, sums
+    integers on a shared scale the same way)."""
+
+    max_abs = FIT_MAX_ABS
+
+    def encode(self, values, seed):
+        values = tf.reshape(tf.cast(values, tf.float32), [-1])
+        scale = tf.reduce_max(tf.concat([tf.abs(values), tf.zeros([1], tf.float32)], 0))
+        codes = tf.cast(int8_quantize(values, scale, INT8_MAX), tf.int8)
+        section = tf.concat([tf.bitcast(scale, tf.uint8), tf.bitcast(codes, tf.uint8)], 0)
+        return ValueEncoding(section, None)
+
+    def decode(self, section, count, dtype, limit):
+        count = tf.cast(count, tf.int64)
+        size = tf.size(section, out_type=tf.int64)
+        section = guarded(section, check(
+            tf.logical_and(size >= 4, tf.equal(size - 4, count)),
+            "int8 value section: expected a 4-byte scale and one byte per value"))
+        scale = tf.bitcast(section[:4], tf.float32)
+        scale = guarded(scale, check(
+            tf.logical_and(tf.math.is_finite(scale), scale >= 0),
+            "int8 value section: the scale is negative or not finite"))
+        codes = tf.cast(tf.bitcast(section[4:], tf.int8), tf.float32)
+        return codes * (scale / float(INT8_MAX))
 
 
 VALUE_CODECS = RegistryView("value")

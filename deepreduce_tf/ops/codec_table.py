@@ -48,7 +48,8 @@ KINDS = ("index", "value")
 # None for a codec written in Python alone.
 # wire_dtype (value codecs): None if the codec's values cannot be summed
 # across workers, else the dtype the all-reduce sums them in ("gradient":
-# the gradient's own dtype).
+# the gradient's own dtype; "shared_int8": integers on a scale the workers
+# share, which only the sparse all-reduce agrees, four to an int32 word).
 # gpu: the codec's ops also have CUDA kernels (a CUDA build registers them on
 # the GPU); False: CPU kernels only, wherever the op is placed.
 # attrs (codecs with kernels="index" or "value"): the integer attributes of
@@ -64,7 +65,7 @@ Attr = collections.namedtuple("Attr", ["name", "default", "low", "high"])
 MAX_ATTRS = 4
 
 _KERNELS = {"index": (None, "index", "bloom"), "value": (None, "value")}
-_WIRE_DTYPES = (None, "gradient", "float16", "bfloat16")
+_WIRE_DTYPES = (None, "gradient", "float16", "bfloat16", "shared_int8")
 
 
 def _index(name, wire_id, aliases=(), kernels=None, gpu=False, attrs=()):
@@ -101,6 +102,7 @@ VALUE_CODECS = (
            gpu=True),
     _value("deflate", 6, aliases=("zlib", "gzip"), kernels="value", attrs=[("level", 6, 0, 9)]),
     _value("ternary", 7, aliases=("stc",)),
+    _value("int8", 8, wire_dtype="shared_int8"),
 )
 
 # The decoder fuzz harness's targets that are not codecs (kernels/fuzz/

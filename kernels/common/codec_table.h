@@ -88,7 +88,8 @@ struct OpArgsOf {
   X(fp16, Fp16, 4, value)       \
   X(bf16, Bf16, 5, value)       \
   X(deflate, Deflate, 6, value) \
-  X(ternary, Ternary, 7, none)
+  X(ternary, Ternary, 7, none)  \
+  X(int8, Int8, 8, none)
 
 #define DR_VALUE_PAYLOAD_CODECS(X) \
   X(polyfit, Polyfit, 1, value)    \

@@ -150,6 +150,34 @@ def test_compare_presets_and_their_checks():
         resolve(["--plot_compare=a.json"])
 
 
+def test_a_variant_changes_only_the_flags_it_names():
+    """"<preset>+<flag>=<value>": the preset's flags with that one replaced (or
+    added), resolved as a single run; bad variants are one usage error."""
+    fv = absl_flags.FlagValues()
+    bench_flags.define_flags(fv)
+    fv(["deepreduce-bench"])
+    names = ("golomb_qsgd_dgc+schedule=cosine", "powersgd+rank=4",
+             "golomb_qsgd_dgc+warmup_steps=30+bits=5")
+    assert resolve(["--compare=" + ",".join(names)]).compare == names
+    base = resolve(compare.preset_args("golomb_qsgd_dgc", fv)).params
+    cosine = resolve(compare.preset_args(names[0], fv)).params
+    assert cosine["schedule"] == "cosine" and base.get("schedule") != "cosine"
+    assert {k: v for k, v in cosine.items() if k not in ("schedule", "schedule_steps")} == {
+        k: v for k, v in base.items() if k not in ("schedule", "schedule_steps")}
+    assert resolve(compare.preset_args("powersgd", fv)).params["rank"] == 2
+    assert resolve(compare.preset_args(names[1], fv)).params["rank"] == 4
+    two = resolve(compare.preset_args(names[2], fv)).params
+    assert (two["warmup_steps"], two["bits"]) == (30, 5)
+    assert {k: v for k, v in two.items() if k not in ("warmup_steps", "bits")} == {
+        k: v for k, v in base.items() if k not in ("warmup_steps", "bits")}
+    for bad, why in (("zip+rank=4", "unknown preset 'zip'"),
+                     ("powersgd+rank", "is not flag=value"),
+                     ("powersgd+num_batches=3", "--num_batches is not a compression flag"),
+                     ("flags+rank=4", "'flags' takes this command line's flags")):
+        with pytest.raises(bench_flags.ConfigError, match=why):
+            resolve([f"--compare={bad}"])
+
+
 def test_every_preset_is_a_valid_single_run():
     """Each preset's flags, parsed as a command line, resolve to one run of
     the configuration its description names."""
