@@ -36,6 +36,10 @@ COMBOS = {
     "sparse_allreduce": {"compressor": "topk", "compress_ratio": 0.01, "memory": "dgc",
                          "communicator": "sparse_allreduce", "deepreduce": "both",
                          "index": "golomb", "value": "fp16"},
+    # The codes summed as int32 words by the workers' collective all-reduce.
+    "sparse_allreduce_int8": {"compressor": "topk", "compress_ratio": 0.01, "memory": "dgc",
+                              "communicator": "sparse_allreduce", "deepreduce": "both",
+                              "index": "golomb", "value": "int8"},
 }
 
 
@@ -372,8 +376,9 @@ def _check_identical(results):
     (2, COMBOS["randomk_allreduce"], {"eager": True}),
     (3, COMBOS["sparse_allreduce"], {}),
     (2, COMBOS["sparse_allreduce"], {"eager": True}),
+    (3, COMBOS["sparse_allreduce_int8"], {}),
 ], ids=["2w_both", "3w_embedding_golomb_qsgd", "2w_eager_allreduce", "3w_sparse_allreduce",
-        "2w_eager_sparse_allreduce"])
+        "2w_eager_sparse_allreduce", "3w_sparse_allreduce_int8"])
 def test_multi_worker_custom_loop(workers, params, spec):
     results = _run_workers(workers, params, mode="loop", steps=5, **spec)
     _check_identical(results)
