@@ -16,7 +16,7 @@ Configurations: uncompressed (TensorFlow's ring all-reduce of the dense
 gradients, as the ops account it), golomb_qsgd_dgc (the recommended
 all-gather), sparse_allreduce (top-k 1 %: every worker's top-(k/W)
 positions all-gathered, the values at their union all-reduced), sparse_max (the
-same at 0.25 % over the whole bucket), lgc_rar (Learned Gradient Compression, ring-all-reduce variant,
+same at 0.5 % over the whole bucket, int8 codes summed), lgc_rar (Learned Gradient Compression, ring-all-reduce variant,
 after its warm-up and training phases: --steps must exceed them), powersgd
 ranks 1 and 2.
 """
@@ -38,11 +38,11 @@ CONFIGS = {
                          "warmup_steps": 1, "warmup": "exponential",
                          "communicator": "sparse_allreduce", "deepreduce": "both",
                          "index": "golomb", "value": "fp16"},
-    "sparse_max": {"compressor": "topk", "compress_ratio": 0.0025, "topk_scope": "bucket",
+    "sparse_max": {"compressor": "topk", "compress_ratio": 0.005, "topk_scope": "bucket",
                    "min_size": 1, "memory": "dgc", "warmup_steps": 1, "warmup": "exponential",
                    "schedule": "cosine", "schedule_steps": 100,
                    "communicator": "sparse_allreduce", "deepreduce": "both", "index": "golomb",
-                   "value": "fp16"},
+                   "value": "int8"},
     "powersgd_r1": {"compressor": "powersgd", "rank": 1},
     "powersgd_r2": {"compressor": "powersgd", "rank": 2},
 }

@@ -21,9 +21,13 @@ the plot, one point per seed.
 import argparse
 import glob
 import json
+import os
 import sys
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from deepreduce_bench import claims  # noqa: E402 (the protocol's paired statistics)
 
 
 def load_runs(spec):
@@ -56,18 +60,20 @@ def rows(entries, baseline, seeds=None):
         acc = [runs[s]["final"] for s in ss]
         sent = float(np.mean([runs[s]["sent_bytes_per_step"] for s in ss]))
         dense = runs[ss[0]]["dense_bytes_per_step"]
-        paired = [runs[s]["final"] - base[s]["final"] for s in ss if s in base]
+        # claims.paired_summary in points; this table's deltas are fractions.
+        p = claims.paired_summary({s: runs[s]["final"] for s in ss},
+                                  {s: e["final"] for s, e in base.items()})
+        mine = config != baseline and p["n"] > 0
+
+        def frac(v, ok=mine):
+            return v / 100.0 if ok and v is not None else None
+
         table.append({"config": config, "seeds": ss, "accuracy": acc, "mean": float(np.mean(acc)),
                       "sent_bytes_per_step": sent, "reduction": dense / sent,
-                      "delta_mean": float(np.mean(paired)) if paired and config != baseline
-                      else None,
-                      "delta_se": float(np.std(paired, ddof=1) / np.sqrt(len(paired)))
-                      if len(paired) > 1 and config != baseline else None,
-                      "delta_worst": float(min(paired)) if paired and config != baseline else None,
-                      "delta_spread": float(max(paired) - min(paired))
-                      if paired and config != baseline else None,
-                      "within_0.3": sum(d >= -0.003 for d in paired) if config != baseline
-                      else None})
+                      "delta_mean": frac(p["mean"]), "delta_se": frac(p["se"]),
+                      "delta_worst": frac(p["worst"]),
+                      "delta_spread": frac(max(p["deltas"]) - min(p["deltas"]) if mine else None),
+                      "within_0.3": p["within"]["0.3"] if config != baseline else None})
     return sorted(table, key=lambda r: r["sent_bytes_per_step"], reverse=True)
 
 

@@ -59,15 +59,16 @@ PRESETS = collections.OrderedDict((p.name, p) for p in (
                          "--communicator=sparse_allreduce", "--deepreduce=both",
                          "--index=golomb", "--value=fp16")),
     Preset("sparse_max", "the largest reduction that scales (docs/sparse_allreduce.md): "
-           "max_reduction's recipe (one top-k of 0.25 % over the whole bucket with the small "
-           "tensors, DGC's momentum correction, a 30-step exponential warm-up, the schedule in "
-           "the exchange) summed by the sparse all-reduce: every worker's top-(k/W) golomb "
-           "positions all-gathered, fp16 values at their union all-reduced (bytes per worker "
-           "flat in the number of workers); its accuracy is not established yet",
-           ("--exchange=deepreduce", "--compressor=topk", "--compress_ratio=0.0025",
+           "max_reduction's recipe (one top-k over the whole bucket with the small tensors, "
+           "DGC's momentum correction, a 30-step exponential warm-up, the schedule in the "
+           "exchange) at 0.5 %, summed by the sparse all-reduce: every worker's top-(k/W) "
+           "golomb positions all-gathered, the values at their union summed as 8-bit "
+           "integers on a scale the workers share (bytes per worker flat in the number of "
+           "workers); its accuracy: the accuracy table",
+           ("--exchange=deepreduce", "--compressor=topk", "--compress_ratio=0.005",
             "--topk_scope=bucket", "--min_size=1", "--memory=dgc", "--warmup_steps=30",
             "--warmup=exponential", "--schedule=cosine", "--communicator=sparse_allreduce",
-            "--deepreduce=both", "--index=golomb", "--value=fp16")),
+            "--deepreduce=both", "--index=golomb", "--value=int8")),
     Preset("powersgd", "PowerSGD (docs/powersgd.md): rank-2 factors P and Q of every "
            "gradient matrix, all-reduced (bytes per worker flat in the number of workers), "
            "error feedback, warm-started Q; vectors and small tensors all-reduced uncompressed",

@@ -279,12 +279,14 @@ def lgc_rar_bytes(shapes, density=DENSITY, latent_channels=4):
     return 4 * small + 4 * math.ceil(k * latent_channels / 16) + HEADER_BYTES_PER_BUCKET
 
 
-def sparse_allreduce_parts(shapes, parties, density=DENSITY, whole_bucket=False):
+def sparse_allreduce_parts(shapes, parties, density=DENSITY, whole_bucket=False,
+                           value_bytes=2):
     """(q, v): the bytes of one party's positions payload (its top-(k/P)
     positions per variable, Golomb-coded at density/P, and the header) and of
-    the vector every party sums (fp16 values at the union, counted as its
-    bound k, and the dense section in float32). whole_bucket (sparse_max):
-    one top-k over every element, small tensors included (min_size 1)."""
+    the vector every party sums (values of value_bytes at the union: 2 for
+    fp16, 1 for int8 codes, counted as its bound k, and the dense section in
+    float32). whole_bucket (sparse_max): one top-k over every element, small
+    tensors included (min_size 1)."""
     if whole_bucket:
         n = sum(_numel(s) for s in shapes)
         k, small, share = topk_k(n, density), 0, topk_k(n, density / parties)
@@ -293,11 +295,12 @@ def sparse_allreduce_parts(shapes, parties, density=DENSITY, whole_bucket=False)
         share, _, _ = split_sections(shapes, density / parties)
     q = (math.ceil(share * golomb_bits_per_index(density / parties) / 8)
          + HEADER_BYTES_PER_BUCKET * buckets(shapes))
-    return q, 2 * k + 4 * small
+    return q, value_bytes * k + 4 * small
 
 
-# The sparse all-reduce's presets: (density, one top-k over the whole bucket).
-SPARSE_ALLREDUCE = {"sparse_allreduce": (DENSITY, False), "sparse_max": (0.0025, True)}
+# The sparse all-reduce's presets: (density, one top-k over the whole bucket,
+# bytes per summed value).
+SPARSE_ALLREDUCE = {"sparse_allreduce": (DENSITY, False, 2), "sparse_max": (0.005, True, 1)}
 
 
 def config_bytes(model, config):

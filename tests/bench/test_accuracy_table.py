@@ -4,7 +4,6 @@ section of docs/benchmarks.md are the same, deepreduce-scaling reads it, and
 every paired figure "mean ± SE" that the README or docs/ give a configuration
 of the table is one of that configuration's rows.
 """
-import importlib.util
 import json
 import os
 import re
@@ -12,19 +11,12 @@ import re
 import pytest
 
 from deepreduce_bench import claims
+from scripts import load_script
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _script():
-    spec = importlib.util.spec_from_file_location(
-        "accuracy_table", os.path.join(ROOT, "benchmarks", "accuracy_table.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-TABLE = _script()
+TABLE = load_script("benchmarks/accuracy_table.py")
 
 
 def _committed(path):

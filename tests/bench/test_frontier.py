@@ -1,22 +1,11 @@
 """benchmarks/frontier.py: the frontier table's paired statistics against numpy."""
-import importlib.util
 import json
-import os
 
 import numpy as np
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from scripts import load_script
 
-
-def _load():
-    spec = importlib.util.spec_from_file_location(
-        "frontier", os.path.join(REPO_ROOT, "benchmarks", "frontier.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-fr = _load()
+fr = load_script("benchmarks/frontier.py")
 
 
 def _entry(config, seed, final, sent):

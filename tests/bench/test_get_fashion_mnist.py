@@ -1,7 +1,6 @@
 """build_deps/get_fashion_mnist.py, the data stage of build_deps/dev.sh: found,
 the Debian package (a stand-in apt-get), Keras's download (a local HTTP
 server), or neither: one line saying which, and exit code 0 in every case."""
-import importlib.util
 import os
 import stat
 import subprocess
@@ -10,20 +9,14 @@ import sys
 import pytest
 
 from deepreduce_bench import data
+from scripts import load_script
 from test_data import no_installed_data, serve, write_fake_dataset  # noqa: F401 (fixture)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(REPO, "build_deps", "get_fashion_mnist.py")
 
 
-def _load_script():
-    spec = importlib.util.spec_from_file_location("get_fashion_mnist", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-get_fashion_mnist = _load_script()
+get_fashion_mnist = load_script("build_deps/get_fashion_mnist.py")
 
 
 def fake_apt_get(path, source=None, needs_update=False):

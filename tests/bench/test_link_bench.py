@@ -1,30 +1,22 @@
 """benchmarks/link_bench.py: workers in network namespaces over shaped links.
 Runs where this process is root and may create namespaces (CI), else skips."""
-import importlib.util
 import json
 import os
 import subprocess
 
 import pytest
 
+from scripts import load_script
+
 # Trains models, starts worker processes or runs Flower (minutes):
 # `pytest -m "not slow"` leaves it out of a quick loop.
 pytestmark = pytest.mark.slow
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SCRIPT = os.path.join(REPO_ROOT, "benchmarks", "link_bench.py")
 TINY = ["--", "--model=resnet20", "--data_name=synthetic", "--batch_size=8",
         "--num_warmup_batches=1"]
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("link_bench", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-lb = _load()
+lb = load_script("benchmarks/link_bench.py")
 
 
 def _namespaces_of_this_process():

@@ -452,19 +452,21 @@ def test_a_faster_configuration_outside_the_tolerance_is_named_apart(fixed):
 
 
 def test_sparse_max_bytes_stay_flat_in_the_number_of_workers():
-    """sparse_max in the cost model: one top-k of 0.25 % over all of
-    ResNet-20's 269,722 elements (675 values of 2 bytes summed), each of W
-    workers' top-(k/W) positions Golomb-coded; what a worker receives at W = 8
-    is less than twice W = 2's (the all-gather's grows 7-fold)."""
+    """sparse_max in the cost model: one top-k of 0.5 % over all of
+    ResNet-20's 269,722 elements (1,349 int8 codes of one byte summed), each
+    of W workers' top-(k/W) positions Golomb-coded; what a worker receives at
+    W = 8 is less than twice W = 2's (the all-gather's grows 7-fold)."""
     shapes = scaling.get_model("resnet20").shapes
+    assert scaling.SPARSE_ALLREDUCE["sparse_max"] == (0.005, True, 1)
     received = {}
     for W in (2, 8):
-        q, v = scaling.sparse_allreduce_parts(shapes, W, 0.0025, whole_bucket=True)
-        assert v == 2 * 675
-        share = math.ceil(0.0025 / W * 269_722)
-        assert q == (math.ceil(share * scaling.golomb_bits_per_index(0.0025 / W) / 8)
+        q, v = scaling.sparse_allreduce_parts(shapes, W, 0.005, whole_bucket=True,
+                                              value_bytes=1)
+        assert v == 1349
+        share = math.ceil(0.005 / W * 269_722)
+        assert q == (math.ceil(share * scaling.golomb_bits_per_index(0.005 / W) / 8)
                      + scaling.HEADER_BYTES_PER_BUCKET * scaling.buckets(shapes))
         received[W] = scaling.allgather_received(q, W) + scaling.ring_received(v, W)
     assert received[8] < 2 * received[2]
     assert scaling.config_bytes(scaling.get_model("resnet20"), "sparse_max")[0] == sum(
-        scaling.sparse_allreduce_parts(shapes, 2, 0.0025, whole_bucket=True))
+        scaling.sparse_allreduce_parts(shapes, 2, 0.005, whole_bucket=True, value_bytes=1))

@@ -14,7 +14,8 @@ was written by the code before the step's redesign (issue 40: commit
 bytes. It uses only APIs both have. A preset added later (sparse_allreduce,
 2026-12-06; max_reduction, 2026-12-07) was recorded by the commit that added
 it, every earlier entry unchanged; max_reduction again when its configuration
-changed (0.25 % and the schedule, issue 51), alone; sparse_max (issue 62) alone:
+changed (0.25 % and the schedule, issue 51), alone; sparse_max (issue 62) alone,
+and again when it became int8 values at 0.5 % (2026-12-08):
 
     python tests/exchange/golden_bytes.py --only sparse_max --write tests/data/golden_bytes.json
 """
