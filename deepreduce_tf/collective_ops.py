@@ -18,6 +18,7 @@ from tensorflow.python.distribute import cross_device_utils
 from tensorflow.python.distribute import reduce_util
 from tensorflow.python.util import nest
 
+from deepreduce_tf._variables import state_scope
 from deepreduce_tf.replica_state import (_Builder, _DeepReduceState, _classify, _memory_key,
                                          _unique, local_variable_factory)
 from deepreduce_tf.transport import CollectiveTransport
@@ -49,7 +50,7 @@ class DeepReduceCollectiveOps(_DeepReduceState, cdo_lib.CollectiveAllReduce):
             with self._state_lock:
                 var = self._frame_vars.get((replica, key))
                 if var is None:
-                    with tf.init_scope():
+                    with state_scope():
                         var = local_variable_factory(device)(tf.constant(0, tf.int32),
                                                              "frame_capacity")
                     self._frame_vars[(replica, key)] = var

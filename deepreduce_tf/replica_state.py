@@ -14,7 +14,7 @@ import warnings
 import tensorflow as tf
 from tensorflow.python.ops import resource_variable_ops
 
-from deepreduce_tf._variables import ensure_initialized
+from deepreduce_tf._variables import ensure_initialized, state_scope
 from deepreduce_tf.compressor import DTYPE_CODES
 from deepreduce_tf.exchange.allgather import Allgather
 from deepreduce_tf.exchange.allreduce import Allreduce
@@ -224,7 +224,7 @@ class _DeepReduceState:
                 factory = local_variable_factory(device)
                 # Created and tracked outside any traced function: a deferred
                 # checkpoint restore then assigns the saved values eagerly.
-                with tf.init_scope():
+                with state_scope():
                     comp = self._builder.make(factory)
                     if self.accounting:
                         self.state.exchanges[str(replica)] = factory(

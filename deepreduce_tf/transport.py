@@ -30,7 +30,7 @@ import tensorflow as tf
 from tensorflow.python.ops import collective_ops, resource_variable_ops
 
 from deepreduce_tf._checks import check, guarded
-from deepreduce_tf._variables import ensure_initialized
+from deepreduce_tf._variables import ensure_initialized, state_scope
 
 
 def ordered_sum(tensors):
@@ -299,7 +299,7 @@ class GraphCollectiveLauncher:
         exchange's result must depend on it)."""
         with tf.device(self._device):
             if self._counter is None:
-                with tf.init_scope():
+                with state_scope():
                     self._counter = resource_variable_ops.ResourceVariable(
                         0, dtype=tf.int32, trainable=False, name="deepreduce_collective_step")
             with tf.control_dependencies(ensure_initialized([self._counter])):

@@ -363,15 +363,24 @@ def int8_quantize(values, scale, levels):
     return tf.cast(tf.clip_by_value(r, -float(levels), float(levels)), tf.int32)
 
 
+def int8_step(scale, levels):
+    """The value of one code: scale times the float32 reciprocal of levels.
+    Not scale / levels: a graph's constant folding turns a division by a
+    constant into that product, so that a tf.function and eager execution
+    would differ in the last bit; the product is the same in both."""
+    return tf.cast(scale, tf.float32) * tf.constant(1.0 / levels, tf.float32)
+
+
 def int8_pack(codes):
     """int32 codes in [-128, 127] -> int32 words of four codes (code j of a
     word weighted 256^j, two's complement lanes). The sum of packed words is
     the packed lane-wise sum as long as every lane's sum stays in
     [-128, 127], which int8_levels guarantees: int32 never overflows
     (|word| < 128 * 2^24 * 256 / 255 < 2^31)."""
-    codes = tf.reshape(tf.cast(codes, tf.int64), [-1])
+    # Padded as float32 (exact for codes; int64 Pad has no GPU kernel).
+    codes = tf.reshape(tf.cast(codes, tf.float32), [-1])
     pad = tf.math.floormod(-tf.size(codes), 4)
-    lanes = tf.reshape(tf.pad(codes, [[0, pad]]), [-1, 4])
+    lanes = tf.cast(tf.reshape(tf.pad(codes, [[0, pad]]), [-1, 4]), tf.int64)
     return tf.cast(tf.reduce_sum(lanes * tf.constant(LANE_WEIGHTS, tf.int64), axis=1), tf.int32)
 
 
@@ -425,7 +434,7 @@ class Int8Value(ValueCodec):
             tf.logical_and(tf.math.is_finite(scale), scale >= 0),
             "int8 value section: the scale is negative or not finite"))
         codes = tf.cast(tf.bitcast(section[4:], tf.int8), tf.float32)
-        return codes * (scale / float(INT8_MAX))
+        return codes * int8_step(scale, INT8_MAX)
 
 
 VALUE_CODECS = RegistryView("value")

@@ -33,7 +33,7 @@ import numpy as np
 import tensorflow as tf
 
 from deepreduce_tf._checks import guarded
-from deepreduce_tf._variables import StateVar, ensure_initialized
+from deepreduce_tf._variables import StateVar, ensure_initialized, state_scope
 from deepreduce_tf.accounting import ring_received
 from deepreduce_tf.codecs.base import Param
 from deepreduce_tf.compressor import _key_seed, bucket_record
@@ -156,7 +156,7 @@ class PowerSGD(Communicator):
     def _q_var(self, exchange, state, key, m):
         var = state.q.get(key)
         if var is None:
-            with tf.init_scope():
+            with state_scope():
                 var = exchange.variable_factory(self._initial_q(key, m), "powersgd_q")
             state.q[key] = var
         return var

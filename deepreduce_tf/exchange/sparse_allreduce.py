@@ -57,7 +57,8 @@ import tensorflow as tf
 
 from deepreduce_tf._checks import check, guarded
 from deepreduce_tf.accounting import ring_received
-from deepreduce_tf.codecs.value import int8_levels, int8_pack, int8_quantize, int8_unpack
+from deepreduce_tf.codecs.value import (int8_levels, int8_pack, int8_quantize, int8_step,
+                                        int8_unpack)
 from deepreduce_tf.compressor import SHARED_SCALE_CODECS, SUMMABLE_WIRE_DTYPES, bucket_record
 from deepreduce_tf.exchange.base import Communicator, Transfer
 from deepreduce_tf.exchange.endpoint import Outcome
@@ -314,7 +315,7 @@ class SparseAllreduce(Communicator):
         travels)."""
         scale, dense = info[0], info[1] > 0
         codes = int8_quantize(at_u, scale, levels)
-        step = scale / float(levels)
+        step = int8_step(scale, levels)
         words = tf.cond(dense, lambda: tf.zeros([0], tf.int32), lambda: int8_pack(codes))
         floats = tf.cond(dense, lambda: tf.cast(at_u, dtype), lambda: tf.zeros([0], dtype))
         sent = tf.where(dense, tf.cast(at_u, dtype),
@@ -326,6 +327,6 @@ class SparseAllreduce(Communicator):
         """The summed values at U: the lane sums of the summed words times
         the shared step, or the summed floats of a dense step."""
         scale, dense = info[0], info[1] > 0
-        step = scale / float(levels)
+        step = int8_step(scale, levels)
         return tf.cond(dense, lambda: floats, lambda: tf.cast(
             tf.cast(int8_unpack(words, count), tf.float32) * step, dtype))

@@ -37,7 +37,7 @@ import numpy as np
 import tensorflow as tf
 
 from deepreduce_tf._checks import check, guarded
-from deepreduce_tf._variables import StateVar, ensure_initialized
+from deepreduce_tf._variables import StateVar, ensure_initialized, state_scope
 from deepreduce_tf.accounting import ring_received
 from deepreduce_tf.codecs.base import Param
 from deepreduce_tf.compressor import SUMMABLE_WIRE_DTYPES, Compressor, bucket_record
@@ -183,7 +183,7 @@ class _Lgc(Communicator):
         its first replica's exchange so that it is checkpointed with it."""
         state = comp.communicator_state
         if state.autoencoder is None:
-            with tf.init_scope():
+            with state_scope():
                 decoders = num_replicas if self.per_node_decoders else 1
                 state.autoencoder = Autoencoder(self.ae_kind, decoders, self.channels,
                                                 self.latent_channels, self.lr, self.seed,
@@ -205,7 +205,7 @@ class _Lgc(Communicator):
         no ledger; their step counters seed a seeded value codec)."""
         state = comp.communicator_state
         if state.codecs is None:
-            with tf.init_scope():
+            with state_scope():
                 helpers = tf.Module(name="lgc_codecs")
                 helpers.values = Exchange(
                     Compressor(make_sparsifier("none"), None, comp.value_codec, min_size=0,

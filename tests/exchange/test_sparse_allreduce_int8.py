@@ -35,7 +35,7 @@ def test_codec_round_trip_against_numpy(rng):
                                            where=peak > 0) * np.float32(127)), -127, 127)
         np.testing.assert_array_equal(section[4:].view(np.int8), codes)
         got = codec.decode(enc.section, values.size, tf.float32, values.size).numpy()
-        np.testing.assert_allclose(got, codes * (peak / np.float32(127)), rtol=1e-6)
+        np.testing.assert_array_equal(got, codes * (peak * np.float32(1 / 127)))
         assert np.all(np.abs(got - values) <= peak / 254 * (1 + 1e-5))
 
 
@@ -83,7 +83,8 @@ def test_levels_leave_the_sum_in_8_bits_and_refuse_128_workers():
 def _reference_int8_step(grads, residuals, ratio, W, fused):
     """grads[w][j], residuals[w][j] (flat) -> (sums[j], new residuals): the
     scale is the workers' largest |x| over the bucket (all variables when
-    fused, else the variable's), codes round-half-even within +-L."""
+    fused, else the variable's), codes round-half-even within +-L, the
+    value of a code scale * float32(1 / L)."""
     L = np.float32(INT8_MAX // W)
     xs = [[(np.ravel(g[j]) + r[j]).astype(np.float32) for j in range(len(g))]
           for g, r in zip(grads, residuals)]
@@ -94,7 +95,7 @@ def _reference_int8_step(grads, residuals, ratio, W, fused):
     for j in range(len(grads[0])):
         if not fused:
             scale = np.float32(max(np.abs(x[j]).max() for x in xs))
-        step = scale / L
+        step = scale * np.float32(1.0 / (INT8_MAX // W))  # as TensorFlow: fl32(1 / L)
         n = xs[0][j].size
         support = np.unique(np.concatenate([sref.top_k(x[j], _share(n, ratio, W))[0]
                                             for x in xs]))
@@ -150,7 +151,7 @@ def test_eight_workers_at_the_bound_sum_exactly(rng):
     grads = [[base.copy()] for _ in range(W)]
     exchanges = [dr.from_params(dict(INT8, memory="none")) for _ in range(W)]
     out = _step(exchanges, grads, ["g"])[0][0]
-    step = peak / np.float32(15)
+    step = peak * np.float32(1 / 15)
     np.testing.assert_array_equal(out[:10], np.float32(120) * step)
     np.testing.assert_array_equal(out[10:20], np.float32(-120) * step)
     np.testing.assert_allclose(out[:10], 8 * peak, rtol=1e-6)

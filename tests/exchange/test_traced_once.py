@@ -129,3 +129,39 @@ def test_a_later_trace_may_still_create_state():
     assert len(traces) == len(grads)
     assert sorted(ex.ledger.per_variable()) == sorted(grads)
     assert sorted(ex.memory.residuals) == ["dense/kernel", "out/kernel"]  # the bias: dense
+
+
+@pytest.mark.parametrize("params", [
+    {"compressor": "powersgd", "rank": 2},
+    {"compressor": "topk", "compress_ratio": 0.05, "memory": "dgc",
+     "communicator": "sparse_allreduce", "deepreduce": "both", "index": "golomb",
+     "value": "int8"},
+], ids=["powersgd", "sparse_allreduce_int8"])
+def test_a_communicators_step_of_two_workers_traces_once(params):
+    """PowerSGD's Q and error, the sparse all-reduce's residuals and step
+    counters: created in the first trace, which stays the only one; the
+    results equal a fresh pair of exchanges run eagerly."""
+    from deepreduce_tf.transport import LocalTransport
+
+    W, keys = 2, list(SHAPES)
+    batches = [gradients(10 + w) for w in range(W)]  # [worker][step]{key: tensor}
+
+    def run(exchanges, grads):
+        transport = LocalTransport(["/cpu:0"] * W)
+        return exchanges[0].communicator.step(transport, exchanges, grads, keys)
+
+    exchanges, traces = [deepreduce_tf.from_params(params) for _ in range(W)], []
+
+    @tf.function
+    def step(grads):
+        traces.append(1)
+        return run(exchanges, grads)
+
+    eager = [deepreduce_tf.from_params(params) for _ in range(W)]
+    for t in range(STEPS):
+        grads = [[batches[w][t][k] for k in keys] for w in range(W)]
+        got = step(grads)
+        want = run(eager, grads)
+        for g, e in zip(got, want):
+            assert_same([x.numpy() for x in g], [x.numpy() for x in e])
+    assert len(traces) == 1 and step.experimental_get_tracing_count() == 1

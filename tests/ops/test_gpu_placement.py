@@ -253,6 +253,21 @@ def test_sparse_allreduce_step_on_two_gpus_moves_only_payloads(tf_table):
         assert op_type in on_gpu, op_type
 
 
+SPARSE_MAX_INT8 = dict(SPARSE_ALLREDUCE, compress_ratio=0.005, topk_scope="bucket", min_size=1,
+                       warmup_steps=30, schedule="cosine", schedule_steps=100, value="int8")
+
+
+def test_sparse_max_int8_step_on_two_gpus_moves_only_payloads(tf_table):
+    """sparse_max: the int8 codes' quantization, packing to int32 words and
+    unpacking of their sum place on the GPUs like the rest of the step."""
+    problems, placed = check_step(resnet20_shapes(), SPARSE_MAX_INT8, tf_table)
+    assert not problems, "\n".join(problems)
+    on_gpu = {op.type for op, gpu in placed.items() if gpu}
+    for op_type in ("DeepReduce>SegmentedTopK", "DeepReduce>IndexEncodeGolomb",
+                    "DeepReduce>IndexDecodeGolomb", "FloorMod", "Round"):
+        assert op_type in on_gpu, op_type
+
+
 def test_check_catches_a_bucket_on_the_host(tf_table, monkeypatch):
     # The fused ops' host kernels (AddWithin, ScatterSum, ScatterSubtract)
     # take whole buckets: chosen on a GPU replica, they copy the bucket.
