@@ -158,7 +158,7 @@ setup(
     packages=find_packages(include=["deepreduce_tf", "deepreduce_tf.*",
                                     "deepreduce_bench", "deepreduce_bench.*"]),
     package_data={"deepreduce_tf.ops": [LIB_NAME + ".so", LIB_NAME + ".json"],
-                  "deepreduce_tf": ["profiles/*.json"]},
+                  "deepreduce_tf.cost": ["profiles/*.json"]},
     ext_modules=[Extension("deepreduce_tf.ops." + LIB_NAME, sources=[])],
     cmdclass={"build_ext": BuildOps},
     python_requires=">=3.10",

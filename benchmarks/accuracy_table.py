@@ -12,7 +12,7 @@ deepreduce_bench.claims' (the criterion of docs/benchmarks.md), computed on
 the confirming ("fresh") seeds; the choosing seeds' differences are listed
 apart. --write writes benchmarks/results/accuracy.json (the table
 deepreduce-scaling reads, installed with the package as
-deepreduce_tf/profiles/accuracy.json: the same file) and the table's section
+deepreduce_tf/cost/profiles/accuracy.json: the same file) and the table's section
 of docs/benchmarks.md, between its two markers. tests/bench/test_accuracy_table.py
 rebuilds the table from the runs and fails when the file, or a figure of the
 README or docs/, disagrees with it.
@@ -34,7 +34,7 @@ from deepreduce_bench import claims  # noqa: E402
 
 RESULTS = os.path.join("benchmarks", "results")
 TABLE = os.path.join(RESULTS, "accuracy.json")
-PACKAGED = os.path.join("deepreduce_tf", "profiles", "accuracy.json")
+PACKAGED = os.path.join("deepreduce_tf", "cost", "profiles", "accuracy.json")
 DOC = os.path.join("docs", "benchmarks.md")
 BEGIN = "<!-- accuracy table: written by benchmarks/accuracy_table.py --write; do not edit -->"
 END = "<!-- end of the accuracy table -->"

@@ -101,7 +101,7 @@ setup(
     # As setup.py's: the op library and the cost model's profiles (the
     # accuracy table included).
     package_data={"deepreduce_tf.ops": ["_deepreduce_ops.so", "_deepreduce_ops.json"],
-                  "deepreduce_tf": ["profiles/*.json"]},
+                  "deepreduce_tf.cost": ["profiles/*.json"]},
     **kwargs,
 )
 PY
@@ -123,7 +123,7 @@ if len(wheels) != 1:
 names = set(zipfile.ZipFile(wheels[0]).namelist())
 for need in ("deepreduce_tf/__init__.py", "deepreduce_tf/ops/_deepreduce_ops.so",
              "deepreduce_tf/ops/_deepreduce_ops.json", "deepreduce_bench/__init__.py",
-             "deepreduce_tf/profiles/accuracy.json", "deepreduce_tf/profiles/h100.json"):
+             "deepreduce_tf/cost/profiles/accuracy.json", "deepreduce_tf/cost/profiles/h100.json"):
     if need not in names:
         sys.exit(f"{wheels[0]} lacks {need}")
 dest = os.path.join(out, os.path.basename(wheels[0]))

@@ -60,7 +60,7 @@ def package_digest():
     paths = ([os.path.join(ROOT, p) for p in ("setup.py", "build_deps/kernel_objects.py")] +
              kernel_files() +
              _files("deepreduce_tf", (".py",)) + _files("deepreduce_bench", (".py",)) +
-             _files(os.path.join("deepreduce_tf", "profiles"), (".json",)))  # package data
+             _files(os.path.join("deepreduce_tf", "cost", "profiles"), (".json",)))  # package data
     env = [f"{k}={os.environ.get(k, '')}" for k in BUILD_ENV]
     return _digest(paths, env + [requirements_digest()])
 

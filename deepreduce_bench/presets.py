@@ -5,7 +5,7 @@
 A preset is a name, a one-line description and the compression flags it
 stands for ('flags' stands for the compression flags of the command line).
 flags.py checks --compare against PRESETS and picks default_presets() (from
-the accuracy table, deepreduce_tf.scaling_measured); compare.py runs them.
+the accuracy table, deepreduce_tf.cost.measured); compare.py runs them.
 Plain data: this module imports nothing of deepreduce-bench.
 """
 import collections
@@ -88,7 +88,7 @@ RECOMMENDED_WITHOUT_MOMENTUM = "golomb_qsgd"
 def largest_that_holds(model="resnet20", workers=2):
     """(preset, its accuracy-table row) of the largest reduction among the
     presets that hold on `model` at `workers`, or (None, None)."""
-    from deepreduce_tf.scaling_measured import accuracy_figure  # the table; no TensorFlow
+    from deepreduce_tf.cost.measured import accuracy_figure  # the table; no TensorFlow
 
     best = (None, None)
     for name in PRESETS:

@@ -11,12 +11,12 @@
 Prints the predicted step time and time to accuracy of TensorFlow's all-reduce,
 the recommended configuration (flat and hierarchical), the sparse all-reduce
 (flat and hierarchical), LGC-RAR and PowerSGD, from the cost model
-deepreduce_tf.scaling and a machine profile, and names the fastest
+deepreduce_tf.cost and a machine profile, and names the fastest
 configuration whose measured accuracy is within --tolerance points (default
 0.5) of uncompressed, or says that none beats the uncompressed all-reduce;
 faster configurations outside the tolerance, or without a measured accuracy
 (unverified), are named apart.
-docs/scaling.md explains the model. A bad argument is one line on stderr and
+docs/cost.md explains the model. A bad argument is one line on stderr and
 exit code 1.
 """
 import argparse
@@ -31,7 +31,7 @@ import time
 
 from deepreduce_bench.scaling_validation import (  # noqa: F401  (re-exported)
     format_validation, validate, validate_powersgd, validate_sittings)
-from deepreduce_tf import scaling
+from deepreduce_tf import cost
 
 PROFILE_DEFAULT = "cpu_2core"
 POWERSGD_RANKS = (1, 2, 4)  # docs/powersgd.md: the ranks measured; 4 is the confirmed one
@@ -77,12 +77,12 @@ def answer(profile, model, workers, gpus, link, compute=None, tolerance=TOLERANC
     base = None
     for label, config, hier in candidates(model, gpus):
         try:
-            step = scaling.predict(profile, model, config, workers, link, gpus=gpus,
+            step = cost.predict(profile, model, config, workers, link, gpus=gpus,
                                    hierarchical=hier, compute=compute)
-        except scaling.ScalingError as e:
+        except cost.ScalingError as e:
             rows.append({"label": label, "config": config, "skipped": str(e)})
             continue
-        ratio, source = scaling.steps_ratio(model, config)
+        ratio, source = cost.steps_ratio(model, config)
         # the compressing replicas: one per worker when the devices of a worker sum first
         figure = model.accuracy(config, workers if hier else workers * gpus)
         row = {"label": label, "config": config, "hierarchical": hier, "step": step,
@@ -223,14 +223,14 @@ def format_answer(profile, model, workers, gpus, link, rows, text, compute_sourc
 
 
 # --------------------------------------------------------------------------
-# The grid of docs/scaling.md.
+# The grid of docs/cost.md.
 
 def grid(profile, models=GRID_MODELS, workers=GRID_WORKERS, links=GRID_LINKS, gpus=8):
     """Time-to-accuracy speed-up over TF's all-reduce of every candidate, per
     (model, link, W). Returns a list of dicts."""
     out = []
     for name in models:
-        model = scaling.get_model(name)
+        model = cost.get_model(name)
         for link_name in links:
             link = profile.link_for(link_name)
             for w in workers:
@@ -353,7 +353,7 @@ def _loopback_latency_and_bandwidth(rounds=200, nbytes=8 << 20):
 def measure_profile(path, model_name="resnet20", steps=10, repeats=5, batch=32, name=None,
                     image_size=32):
     """Measures compute, codec and loopback costs on this machine and writes a
-    profile JSON (docs/scaling.md#measuring-a-profile)."""
+    profile JSON (docs/cost.md#measuring-a-profile)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import warnings
 
@@ -397,8 +397,8 @@ def measure_profile(path, model_name="resnet20", steps=10, repeats=5, batch=32, 
     # compress_batch / decompress_batch, as one replica's step does.
     elements = sum(int(np.prod(v.shape)) for v in variables)
     configs = {
-        "topk": {"compressor": "topk", "compress_ratio": scaling.DENSITY, "memory": "none"},
-        "golomb_qsgd": {"compressor": "topk", "compress_ratio": scaling.DENSITY, "memory": "none",
+        "topk": {"compressor": "topk", "compress_ratio": cost.DENSITY, "memory": "none"},
+        "golomb_qsgd": {"compressor": "topk", "compress_ratio": cost.DENSITY, "memory": "none",
                         "deepreduce": "both", "index": "golomb", "value": "qsgd"},
     }
     codecs = {}
@@ -442,7 +442,7 @@ def measure_profile(path, model_name="resnet20", steps=10, repeats=5, batch=32, 
         "compute_per_parameter_ns": {"value": compute_ms * 1e6 / elements,
                                      "source": f"{model_name}'s compute / its parameters"},
     }
-    scaling.Profile.from_dict(profile, where=path)  # what we write must load
+    cost.Profile.from_dict(profile, where=path)  # what we write must load
     with open(path, "w") as f:
         json.dump(profile, f, indent=2)
         f.write("\n")
@@ -456,7 +456,7 @@ def _parser():
     p = argparse.ArgumentParser(prog="deepreduce-scaling", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=None,
-                   help=f"one of {', '.join(sorted(scaling.MODELS))}")
+                   help=f"one of {', '.join(sorted(cost.MODELS))}")
     p.add_argument("--parameters", type=float, help="a parameter count instead of --model")
     p.add_argument("--shapes", help="JSON file: a list of variable shapes instead of --model")
     p.add_argument("--workers", type=int, default=2, help="machines W (>= 1)")
@@ -498,11 +498,11 @@ def _model(args):
                 shapes = json.load(f)
         except (OSError, json.JSONDecodeError) as e:
             raise UsageError(f"--shapes {args.shapes}: {e}") from None
-        return scaling.model_from_shapes(os.path.basename(args.shapes), shapes)
+        return cost.model_from_shapes(os.path.basename(args.shapes), shapes)
     if args.parameters is not None:
-        return scaling.model_from_parameters(f"{int(args.parameters):,}-parameter model",
+        return cost.model_from_parameters(f"{int(args.parameters):,}-parameter model",
                                              args.parameters)
-    return scaling.get_model(args.model or "resnet20")
+    return cost.get_model(args.model or "resnet20")
 
 
 def _link(args, profile):
@@ -513,7 +513,7 @@ def _link(args, profile):
             raise UsageError(f"--bandwidth_gbit must be > 0, got {args.bandwidth_gbit}")
         latency = (args.latency_us if args.latency_us is not None
                    else float(profile.link["latency_us"]))
-        return scaling.Link(f"{args.bandwidth_gbit:g} Gbit/s", args.bandwidth_gbit * 1e9,
+        return cost.Link(f"{args.bandwidth_gbit:g} Gbit/s", args.bandwidth_gbit * 1e9,
                             latency * 1e-6)
     if not args.link:
         raise UsageError("give --link (e.g. 10gbit) or --bandwidth_gbit")
@@ -532,7 +532,7 @@ def run(argv=None):
               f"{prof['codecs']['golomb_qsgd']['encode_ns_per_element']:.2f} ns/element, "
               f"loopback latency {prof['link']['latency_us']:.1f} us")
         return 0
-    profile = scaling.load_profile(args.profile)
+    profile = cost.load_profile(args.profile)
     if args.overlap is not None:
         if not 0 <= args.overlap <= 1:
             raise UsageError(f"--overlap must be in [0, 1], got {args.overlap}")
@@ -594,7 +594,7 @@ def run(argv=None):
 def main(argv=None):
     try:
         return run(argv)
-    except (UsageError, scaling.ScalingError) as e:
+    except (UsageError, cost.ScalingError) as e:
         print(f"deepreduce-scaling: error: {e}", file=sys.stderr)
         return 1
 

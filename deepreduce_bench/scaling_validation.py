@@ -1,5 +1,5 @@
 """deepreduce-scaling --validate: the cost model's predicted step against the
-shaped-link measurements of benchmarks/results (docs/scaling.md#validation).
+shaped-link measurements of benchmarks/results (docs/cost.md#validation).
 
 Three sets, each printed as one table: the two time-to-accuracy tables of
 docs/benchmarks.md (validate: the profile's own fit), PowerSGD rank 4 of
@@ -12,7 +12,7 @@ import json
 import os
 import statistics
 
-from deepreduce_tf import scaling
+from deepreduce_tf import cost
 
 
 VALIDATION_FILES = (("resnet20", "link_tta_resnet20.json"), ("ncf", "link_tta_ncf.json"))
@@ -30,14 +30,14 @@ def validate(profile, results_dir):
         path = os.path.join(results_dir, fname)
         with open(path) as f:
             rows = json.load(f)
-        model = scaling.get_model(model_name)
+        model = cost.get_model(model_name)
         for r in rows:
             if r.get("seed", 0) != 0:
                 continue
             link = profile.named_link(r["link"])
             if link is None:
-                raise scaling.ScalingError(f"profile {profile.name!r} has no link {r['link']!r}")
-            step = scaling.predict(profile, model, r["config"], r.get("workers", 2), link,
+                raise cost.ScalingError(f"profile {profile.name!r} has no link {r['link']!r}")
+            step = cost.predict(profile, model, r["config"], r.get("workers", 2), link,
                                    nbytes=r["accounted_bytes_per_step"])
             measured = r["step_time_median_ms"]
             out.append({"model": model_name, "link": r["link"], "config": r["config"],
@@ -64,15 +64,15 @@ def validate_powersgd(profile, results_dir):
     for fname in POWERSGD_FILES:
         with open(os.path.join(results_dir, fname)) as f:
             rows += json.load(f)
-    model = scaling.get_model("resnet20")
+    model = cost.get_model("resnet20")
     base = [r for r in rows if r["config"] == "uncompressed"]
     unshaped = profile.named_link("unshaped")
-    dense_s = scaling.predict(profile, model, "uncompressed", 2, unshaped, compute=0.0).exchange
+    dense_s = cost.predict(profile, model, "uncompressed", 2, unshaped, compute=0.0).exchange
     compute = statistics.mean(r["step_time_median_ms"] for r in base) / 1e3 - dense_s
     out = []
     for r in rows:
         config = "uncompressed" if r["config"] == "uncompressed" else "powersgd_r4"
-        step = scaling.predict(profile, model, config, r.get("workers", 2),
+        step = cost.predict(profile, model, config, r.get("workers", 2),
                                profile.named_link(r["link"]), nbytes=r["accounted_bytes_per_step"],
                                compute=compute)
         measured = r["step_time_median_ms"]
@@ -112,10 +112,10 @@ def validate_sittings(profile, results_dir):
             continue
         with open(path) as f:
             rows = json.load(f)
-        model = scaling.get_model(model_name)
+        model = cost.get_model(model_name)
 
         def predict(r, prof, compute):
-            return scaling.predict(prof, model, r["config"], r.get("workers", 2),
+            return cost.predict(prof, model, r["config"], r.get("workers", 2),
                                    prof.named_link(r["link"]),
                                    nbytes=r["wire_bytes_per_step"] / overhead, compute=compute)
 
@@ -123,7 +123,7 @@ def validate_sittings(profile, results_dir):
         compressed = [r for r in fit if r["config"] != "uncompressed"]
         dense = [r for r in fit if r["config"] == "uncompressed"]
         if not compressed or not dense:
-            raise scaling.ScalingError(f"{fname}: needs unshaped rows of uncompressed and of a "
+            raise cost.ScalingError(f"{fname}: needs unshaped rows of uncompressed and of a "
                                        f"compressed configuration of {FIT_CONFIGS} (the fit)")
         free = dataclasses.replace(profile, tf_exchange_fixed_ms={})
         compute = statistics.mean(r["step_time_median_ms"] / 1e3 - (predict(r, free, 0.0).total)

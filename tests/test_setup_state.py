@@ -23,7 +23,7 @@ def _tree(root):
         "deepreduce_tf/__init__.py": "x = 1\n",
         "deepreduce_tf/ops/__init__.py": "",
         "deepreduce_tf/ops/_deepreduce_ops.json": "{}\n",
-        "deepreduce_tf/profiles/accuracy.json": "{}\n",
+        "deepreduce_tf/cost/profiles/accuracy.json": "{}\n",
         "deepreduce_bench/__init__.py": "",
         "deepreduce_bench/cli.py": "y = 2\n",
         "README.md": "readme\n",
@@ -63,7 +63,7 @@ def _edit(root, rel, text):
     ("deepreduce_tf/__init__.py", {"package"}),          # reinstall, objects reused
     ("deepreduce_tf/ops/__init__.py", {"package"}),
     ("deepreduce_bench/cli.py", {"package"}),            # the harness is installed too
-    ("deepreduce_tf/profiles/accuracy.json", {"package"}),  # package data: the accuracy table
+    ("deepreduce_tf/cost/profiles/accuracy.json", {"package"}),  # package data: the accuracy table
     ("deepreduce_tf/ops/_deepreduce_ops.json", set()),   # a build output, not an input
     ("setup.py", {"package"}),
     ("build_deps/requirements.txt", {"requirements", "package"}),

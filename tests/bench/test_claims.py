@@ -211,10 +211,10 @@ def test_the_default_comparison_without_the_accuracy_table(monkeypatch):
     """A package built without its data (profiles/accuracy.json) still has a
     default comparison: golomb_qsgd_dgc, the fallback."""
     from deepreduce_bench import presets
-    from deepreduce_tf import scaling_measured
+    from deepreduce_tf.cost import measured
 
     def missing(*args, **kwargs):
         raise FileNotFoundError("profiles/accuracy.json")
 
-    monkeypatch.setattr(scaling_measured, "accuracy_figure", missing)
+    monkeypatch.setattr(measured, "accuracy_figure", missing)
     assert presets.default_presets("momentum") == ("uncompressed", presets.FALLBACK)

@@ -48,9 +48,9 @@ import math
 import os
 
 # What the project measured (accuracy, steps to the target): the predictions read it.
-from deepreduce_tf.scaling_measured import RESNET20_STEPS_RATIO, accuracy_figure
+from deepreduce_tf.cost.measured import RESNET20_STEPS_RATIO, accuracy_figure
 # The variable shapes of the benchmark models (re-exported).
-from deepreduce_tf.scaling_shapes import gpt_shapes, resnet20_shapes, resnet50_shapes  # noqa: F401
+from deepreduce_tf.cost.shapes import gpt_shapes, resnet20_shapes, resnet50_shapes  # noqa: F401
 
 # Tensors with fewer elements travel dense in the bucket's dense section
 # (the compressor's min_size default, deepreduce_tf/compressor.py).

@@ -1,5 +1,5 @@
 """The variable shapes of the benchmark models, as the cost model
-(deepreduce_tf.scaling) reads them: ResNet-20, ResNet-50, a GPT-style 1.3 B
+(deepreduce_tf.cost) reads them: ResNet-20, ResNet-50, a GPT-style 1.3 B
 layout. Plain data, standard library only.
 """
 

@@ -1,5 +1,5 @@
 """What the project measured of each configuration, as the cost model
-(deepreduce_tf.scaling) and deepreduce-scaling's verdict read it: accuracy
+(deepreduce_tf.cost) and deepreduce-scaling's verdict read it: accuracy
 against uncompressed, steps to the target, and the notes printed beside
 the predictions. Plain data, standard library only.
 """
