@@ -178,7 +178,7 @@ setup(
             "deepreduce-bench = deepreduce_bench.cli:main",
             "deepreduce-plot = deepreduce_bench.cli:plot_main",
             "deepreduce-scaling = deepreduce_bench.scaling:main",
-            "deepreduce-tf-cnn-benchmarks = deepreduce_tf.tf_cnn_benchmarks:main",
+            "deepreduce-tf-cnn-benchmarks = deepreduce_tf.integrations.tf_cnn_benchmarks:main",
         ],
     },
     zip_safe=False,

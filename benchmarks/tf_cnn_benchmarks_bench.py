@@ -46,7 +46,7 @@ COMMON = ["--device=cpu", "--num_gpus=2", "--local_parameter_device=cpu", "--dat
 
 
 def run_one(bench_dir, model, config, num_batches, extra, timeout, workers=1):
-    cmd = [sys.executable, "-m", "deepreduce_tf.tf_cnn_benchmarks",
+    cmd = [sys.executable, "-m", "deepreduce_tf.integrations.tf_cnn_benchmarks",
            f"--benchmarks_dir={bench_dir}", *MODELS[model], *COMMON, *CONFIGS[config],
            f"--num_batches={num_batches}", f"--display_every={num_batches}", *extra]
     if workers > 1:

@@ -75,10 +75,10 @@ from tensorflow.python.distribute import values as value_lib
 # The multi-worker ops, the Keras hooks and the shared base live in their own
 # modules (collective_ops.py, keras_hooks.py, replica_state.py); every name
 # still imports from here.
-from deepreduce_tf.collective_ops import (  # noqa: F401 (named here as before)
+from deepreduce_tf.integrations.collective_ops import (  # noqa: F401 (named here as before)
     DeepReduceCollectiveOps, install, multi_worker_strategy)
-from deepreduce_tf.keras_hooks import BytesCallback, KerasState, write_scalar  # noqa: F401
-from deepreduce_tf.replica_state import (  # noqa: F401 (named here as before)
+from deepreduce_tf.integrations.keras_hooks import BytesCallback, KerasState, write_scalar  # noqa: F401
+from deepreduce_tf.integrations.replica_state import (  # noqa: F401 (named here as before)
     STATE_NOT_SAVED_MESSAGE, SINGLE_REPLICA_MESSAGE, SingleReplicaWarning, StateNotSavedWarning,
     _Builder, _DeepReduceState, _classify, _compressible, _lossless_dense, _memory_key,
     _slices_ok, _unique, get_ops, local_variable_factory)
@@ -209,7 +209,7 @@ class DeepReduceCrossDeviceOps(_DeepReduceState, cdo_lib.CrossDeviceOps):
     def reduce_tensors(self, tensors_by_device, average=False, collective=None):
         """Batch all-reduce of plain tensors, one list per device, without
         tf.distribute: graph code that places its replicas itself (e.g.
-        tf_cnn_benchmarks' replicated mode, deepreduce_tf.tf_cnn_benchmarks).
+        tf_cnn_benchmarks' replicated mode, deepreduce_tf.integrations.tf_cnn_benchmarks).
 
         tensors_by_device[d][j]: tensor j of device d, created under
         tf.device(device d) (the same shapes and dtypes on every device).

@@ -23,7 +23,7 @@ from deepreduce_tf._checks import check, guarded
 from deepreduce_tf.codecs import value as value_codecs
 from deepreduce_tf.ops import fusion as fusion_ops
 from deepreduce_tf.ops import payload as payload_ops
-from deepreduce_tf.transport import ordered_sum
+from deepreduce_tf.fusion import ordered_sum
 from deepreduce_tf.wire import (BATCH_FIELDS, BUCKET_FIELDS, BUCKET_SECTIONS, BatchContext,
                                 BucketContext, DTYPE_CODES, F_CONFIG, F_DENSE_N, F_DTYPE, F_INDEX,
                                 F_LAYOUT, F_MODE, F_N, F_VALUE, KIND_BUCKET, MODE_DENSE,

@@ -22,6 +22,7 @@ names its bucket's layout (`Bucket.layout_id`) so that a receiver refuses a
 payload of another layout.
 """
 import collections
+import functools
 import zlib
 
 import numpy as np
@@ -181,3 +182,10 @@ def make_plan(keys, shapes, dtypes, min_size, bucket_cap_mb=DEFAULT_BUCKET_CAP_M
         if current:
             buckets.append(Bucket(len(buckets), dtype, current))
     return Plan(buckets, len(keys))
+
+
+def ordered_sum(tensors):
+    """Sum in list order: the same values summed in the same order give the
+    same bits on every replica and worker (a bucket's decoded payloads, a
+    transport's all-reduce)."""
+    return functools.reduce(lambda a, b: a + b, list(tensors))

@@ -24,19 +24,13 @@ process decodes once; replicate() copies the reduced result to the replicas.
                        lengths, then the payloads padded to the longest.
 """
 import abc
-import functools
 
 import tensorflow as tf
 from tensorflow.python.ops import collective_ops, resource_variable_ops
 
 from deepreduce_tf._checks import check, guarded
 from deepreduce_tf._variables import ensure_initialized, state_scope
-
-
-def ordered_sum(tensors):
-    """Sum in list order: the same values summed in the same order give the
-    same bits on every replica and worker."""
-    return functools.reduce(lambda a, b: a + b, list(tensors))
+from deepreduce_tf.fusion import ordered_sum  # noqa: F401 (named here as before)
 
 
 class Transport(abc.ABC):

@@ -71,3 +71,58 @@ def test_module_imports_have_no_cycles():
     for name in sorted(graph):
         if name not in state:
             visit(name)
+
+
+# The layers of deepreduce_tf, bottom to top (docs/architecture.md): each a
+# list of module prefixes (the longest prefix decides). A module imports only
+# modules of its own layer or of layers below it.
+LAYERS = (
+    ("ops", ("deepreduce_tf._checks", "deepreduce_tf._variables", "deepreduce_tf._version",
+             "deepreduce_tf.ops")),
+    ("compression pipeline", ("deepreduce_tf.codecs", "deepreduce_tf.wire",
+                              "deepreduce_tf.fusion", "deepreduce_tf.fused",
+                              "deepreduce_tf.slices", "deepreduce_tf.sparsifiers",
+                              "deepreduce_tf.memory", "deepreduce_tf.compressor",
+                              "deepreduce_tf.accounting")),
+    ("exchange", ("deepreduce_tf.exchange", "deepreduce_tf.learned", "deepreduce_tf.transport",
+                  "deepreduce_tf.state", "deepreduce_tf.communicators")),
+    ("configuration", ("deepreduce_tf.params", "deepreduce_tf.flags",
+                       "deepreduce_tf.compressors")),
+    ("integrations", ("deepreduce_tf.distribute", "deepreduce_tf.integrations",
+                      "deepreduce_tf.federated")),
+    ("cost model", ("deepreduce_tf.cost",)),
+    ("package", ("deepreduce_tf",)),
+)
+
+
+def _layer(name):
+    """(index, name) of the layer a module belongs to (None if none)."""
+    best = None
+    for i, (layer, prefixes) in enumerate(LAYERS):
+        for p in prefixes:
+            if (name == p or name.startswith(p + ".")) and (best is None or len(p) > best[2]):
+                best = (i, layer, len(p))
+    return best and best[:2]
+
+
+def test_every_module_imports_only_its_layer_and_those_below():
+    modules = _modules("deepreduce_tf")
+    upward = []
+    for name, path in modules.items():
+        mine = _layer(name)
+        assert mine is not None, f"{name} belongs to no layer of LAYERS (add its prefix)"
+        for target in sorted(_imports(name, path, modules)):
+            theirs = _layer(target)
+            if theirs[0] > mine[0]:
+                upward.append(f"{name} ({mine[1]}) imports {target} ({theirs[1]})")
+    assert not upward, "imports that run upward:\n" + "\n".join(upward)
+
+
+def test_the_layer_check_sees_an_upward_import(tmp_path):
+    # The check itself: a pipeline module importing the exchange is named.
+    path = tmp_path / "memory.py"
+    path.write_text("from deepreduce_tf.transport import LocalTransport\n")
+    modules = {"deepreduce_tf.memory": path, "deepreduce_tf.transport": path}
+    found = _imports("deepreduce_tf.memory", path, modules)
+    assert found == {"deepreduce_tf.transport"}
+    assert _layer("deepreduce_tf.transport")[0] > _layer("deepreduce_tf.memory")[0]

@@ -1,4 +1,4 @@
-"""deepreduce-tf-cnn-benchmarks (deepreduce_tf.tf_cnn_benchmarks): DeepReduce as
+"""deepreduce-tf-cnn-benchmarks (deepreduce_tf.integrations.tf_cnn_benchmarks): DeepReduce as
 tf_cnn_benchmarks' batch all-reduce algorithm.
 
 Always: the algorithm against a stand-in of the script's BatchAllReduceAlgorithm
@@ -20,7 +20,7 @@ import pytest
 import tensorflow as tf
 
 from deepreduce_bench.runner import free_ports
-from deepreduce_tf import tf_cnn_benchmarks as tcb
+from deepreduce_tf.integrations import tf_cnn_benchmarks as tcb
 from deepreduce_tf.distribute import DeepReduceCrossDeviceOps
 
 # Trains models, starts worker processes or runs Flower (minutes):
@@ -280,7 +280,7 @@ def test_real_algorithm_interface_equals_copy_to_device(num_splits, defer):
 
 
 def _run_script(tmp_path, *flags):
-    cmd = [sys.executable, "-m", "deepreduce_tf.tf_cnn_benchmarks", f"--benchmarks_dir={CHECKOUT}",
+    cmd = [sys.executable, "-m", "deepreduce_tf.integrations.tf_cnn_benchmarks", f"--benchmarks_dir={CHECKOUT}",
            "--model=resnet20", "--data_name=cifar10", "--device=cpu", "--num_gpus=2",
            "--local_parameter_device=cpu", "--data_format=NHWC", "--batch_size=8",
            "--num_batches=3", "--num_warmup_batches=1", "--display_every=1", *flags]
@@ -379,7 +379,7 @@ def test_real_script_two_workers(tmp_path):
     hosts = ",".join(f"127.0.0.1:{p}" for p in ports)
     cmds = []
     for i in range(2):
-        cmds.append([sys.executable, "-m", "deepreduce_tf.tf_cnn_benchmarks",
+        cmds.append([sys.executable, "-m", "deepreduce_tf.integrations.tf_cnn_benchmarks",
                f"--benchmarks_dir={CHECKOUT}", "--model=resnet20", "--data_name=cifar10",
                "--device=cpu", "--num_gpus=1", "--local_parameter_device=cpu",
                "--data_format=NHWC", "--batch_size=8", "--num_batches=3",

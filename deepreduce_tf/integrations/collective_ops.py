@@ -19,7 +19,7 @@ from tensorflow.python.distribute import reduce_util
 from tensorflow.python.util import nest
 
 from deepreduce_tf._variables import state_scope
-from deepreduce_tf.replica_state import (_Builder, _DeepReduceState, _classify, _memory_key,
+from deepreduce_tf.integrations.replica_state import (_Builder, _DeepReduceState, _classify, _memory_key,
                                          _unique, local_variable_factory)
 from deepreduce_tf.transport import CollectiveTransport
 

@@ -7,7 +7,7 @@ write_scalar writes a scalar summary without the tensorboard package.
 import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
-from deepreduce_tf.replica_state import _DeepReduceState, get_ops
+from deepreduce_tf.integrations.replica_state import _DeepReduceState, get_ops
 from deepreduce_tf.state import ExchangeState
 
 
