@@ -42,7 +42,9 @@ def parse_seeds(text, first=0):
     if len(parts) == 1 and parts[0].isdigit():
         count = int(parts[0])
         if count < 1:
-            raise SeedsError(f"--seeds={text}: a count must be at least 1")
+            raise SeedsError(f"--seeds={text}: a number alone is a count of seeds from --seed, "
+                             "at least 1; for seed 0 alone write --seeds=0-0 (or --seed=0 "
+                             "--seeds=1)")
         return tuple(range(first, first + count))
     seeds = []
     for part in parts:

@@ -26,7 +26,7 @@ def test_parse_seeds(text, first, expected):
 
 
 @pytest.mark.parametrize("text,words", [
-    ("", "empty"), ("0", "at least 1"), ("5-3", "empty"), ("a", "neither"), ("1,,2", "neither"),
+    ("", "empty"), ("0", "at least 1; for seed 0 alone write --seeds=0-0"), ("5-3", "empty"), ("a", "neither"), ("1,,2", "neither"),
     ("-3", "neither"), ("2,2", "more than once"), ("1-3,3", "more than once")])
 def test_bad_seeds_say_what_is_wrong(text, words):
     with pytest.raises(claims.SeedsError, match=words):
