@@ -83,6 +83,11 @@ ROWS = [
     # since they were chosen on the 600-step job, so every seed here is fresh.
     _row("golomb_qsgd_dgc", "claims", [CLAIMS_W2], [], _seeds(101, 105)),
     _row("max_reduction", "claims", [CLAIMS_W2], [], _seeds(101, 105)),
+    # Not run yet (issue "Accuracy a user can trust", item 5): the same command
+    # with --compare=golomb_qsgd_dgc+schedule=cosine,sparse_allreduce,powersgd+rank=4.
+    _row("golomb_qsgd_dgc+schedule=cosine", "claims", [CLAIMS_W2], [], _seeds(101, 105)),
+    _row("sparse_allreduce", "claims", [CLAIMS_W2], [], _seeds(101, 105)),
+    _row("powersgd+rank=4", "claims", [CLAIMS_W2], [], _seeds(101, 105)),
     # The 600-step job, whole test split.
     _row("golomb_qsgd_dgc", "main_600", ["max_reduction_resnet20_600_test10k.json"],
          _seeds(0, 2), _seeds(16, 20)),
