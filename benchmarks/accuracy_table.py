@@ -116,6 +116,7 @@ ROWS = [
     # confirms it at W = 2 on fresh seeds; at W = 8 seed 0 looks first.
     _row("sparse_max", "claims", [CLAIMS_W2], [], _seeds(101, 105)),
     _row("sparse_max", "claims", [CLAIMS_W8], [0], _seeds(101, 105), workers=8),
+    _row("sparse_max+compress_ratio=0.01", "claims", [CLAIMS_W8], [0], [], workers=8),
     *[_row(config, "main_600", [W8_600], [0], [], workers=w, where={"workers": w},
            **({} if w == 8 else W2_600_BASELINE))
       for config, ws in (("sparse_max", (2, 8)),
