@@ -74,16 +74,24 @@ def test_three_steps_match_the_numpy_reference(rng, value, wire, fused):
                  for w in range(W)]
         out = _step(exchanges, grads, keys)
         sums, residuals, _ = _reference_step(grads, residuals, 0.05, W, wire)
-        for o in out:  # bit-identical on every replica
-            for a, b in zip(o, out[0]):
-                np.testing.assert_array_equal(a, b)
-        for j, s in enumerate(shapes):
-            np.testing.assert_allclose(out[0][j], sums[j].reshape(s), rtol=1e-6, atol=1e-6)
-        for w, ex in enumerate(exchanges if not fused else []):
-            for j, key in enumerate(keys):
-                np.testing.assert_allclose(ex.memory.residuals[key].numpy().ravel(),
-                                           residuals[w][j], rtol=1e-6, atol=1e-6,
-                                           err_msg=f"step {step}, worker {w}, {key}")
+        check_step(out, sums, residuals, exchanges, keys, shapes, fused, step)
+
+
+def check_step(out, sums, residuals, exchanges, keys, shapes, fused, step, sum_atol=1e-6,
+               residual_rtol=1e-6):
+    """One step against its reference: every replica's result bit-identical,
+    the sums, and (one bucket per variable) every worker's residuals."""
+    for o in out:
+        for a, b in zip(o, out[0]):
+            np.testing.assert_array_equal(a, b)
+    for j, s in enumerate(shapes):
+        np.testing.assert_allclose(out[0][j], sums[j].reshape(s), rtol=1e-6, atol=sum_atol,
+                                   err_msg=f"step {step}, variable {j}")
+    for w, ex in enumerate(exchanges if not fused else []):
+        for j, key in enumerate(keys):
+            np.testing.assert_allclose(ex.memory.residuals[key].numpy().ravel(),
+                                       residuals[w][j], rtol=residual_rtol, atol=1e-6,
+                                       err_msg=f"step {step}, worker {w}, {key}")
 
 
 def test_graph_equals_eager(rng):

@@ -16,7 +16,7 @@ from deepreduce_tf.codecs.value import (INT8_MAX, int8_levels, int8_pack, int8_u
                                         make_value_codec)
 
 import sparsify_reference as sref
-from test_sparse_allreduce import BASE, _share, _step
+from test_sparse_allreduce import BASE, _share, _step, check_step
 
 INT8 = dict(BASE, deepreduce="both", index="golomb", value="int8")
 
@@ -127,17 +127,8 @@ def test_three_steps_match_the_numpy_reference(rng, W, fused):
                  for w in range(W)]
         out = _step(exchanges, grads, keys)
         sums, residuals = _reference_int8_step(grads, residuals, 0.05, W, fused)
-        for o in out:  # bit-identical on every replica
-            for a, b in zip(o, out[0]):
-                np.testing.assert_array_equal(a, b)
-        for j, s in enumerate(shapes):
-            np.testing.assert_allclose(out[0][j], sums[j].reshape(s), rtol=1e-6, atol=1e-7,
-                                       err_msg=f"step {step}, variable {j}")
-        for w, ex in enumerate(exchanges if not fused else []):
-            for j, key in enumerate(keys):
-                np.testing.assert_allclose(ex.memory.residuals[key].numpy().ravel(),
-                                           residuals[w][j], rtol=1e-5, atol=1e-6,
-                                           err_msg=f"step {step}, worker {w}, {key}")
+        check_step(out, sums, residuals, exchanges, keys, shapes, fused, step, sum_atol=1e-7,
+                   residual_rtol=1e-5)
 
 
 def test_eight_workers_at_the_bound_sum_exactly(rng):
